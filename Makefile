@@ -1,0 +1,42 @@
+# Short commands. `make` builds everything into build/ (CLI: build/mole).
+JOBS ?= $(shell nproc)
+BUILD ?= build
+CMAKE_FLAGS ?=
+DEMO ?= models/demo-mixtral-q4_0.gguf
+
+.PHONY: all deps build test test-release test-asan fuzz run bench clean
+
+all: build
+
+deps:
+	@bash scripts/deps.sh
+
+build:
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(if $(CI),-DMOLE_WERROR=ON) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+# The whole suite: release build, then ASan+UBSan build, then the GGUF fuzzer.
+test: deps
+	@$(MAKE) --no-print-directory build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@$(MAKE) --no-print-directory test-asan
+	@$(MAKE) --no-print-directory fuzz
+
+test-asan:
+	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMOLE_SANITIZE=ON -DMOLE_WERROR=ON >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 MOLE_ASAN=1 ctest --output-on-failure -j $(JOBS)
+
+fuzz:
+	@bash scripts/fuzz.sh
+
+run: deps
+	@$(MAKE) --no-print-directory build
+	@bash scripts/demo.sh $(DEMO)
+
+bench: deps
+	@$(MAKE) --no-print-directory build
+	@bash bench/run.sh
+
+clean:
+	rm -rf build build-asan build-fuzz

@@ -1,0 +1,70 @@
+// mole: a C11 inference engine for Mixture-of-Experts models in GGUF files.
+// Public API: opaque handles and status codes; no internal types.
+#ifndef MOLE_H
+#define MOLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mole_status {
+  MOLE_OK = 0,
+  MOLE_ERR_IO,           // a file could not be opened/read/written
+  MOLE_ERR_FORMAT,       // a file is malformed (the message names field and offset)
+  MOLE_ERR_UNSUPPORTED,  // valid but not supported (architecture, type, rope scaling)
+  MOLE_ERR_ARG,          // a bad argument or flag
+  MOLE_ERR_NOMEM,        // out of memory
+  MOLE_ERR_NOT_FOUND,    // a key/tensor/file that must exist does not
+  MOLE_ERR_INTERNAL,
+} mole_status;
+
+const char *mole_status_str(mole_status st);
+// The message of the last error on this thread ("file.gguf: offset 24: ...").
+const char *mole_last_error(void);
+
+// ---- model ----------------------------------------------------------------
+typedef struct mole_model mole_model;
+
+typedef struct mole_model_params {
+  int n_threads;  // default 0 = number of online CPUs
+} mole_model_params;
+
+mole_model_params mole_model_default_params(void);
+mole_status mole_model_load(const char *path, const mole_model_params *params, mole_model **out);
+void mole_model_free(mole_model *m);
+int64_t mole_model_n_vocab(const mole_model *m);
+int64_t mole_model_n_ctx_train(const mole_model *m);
+const char *mole_model_arch(const mole_model *m);
+// One line summary: "arch, n_layer, n_embd, experts, type, size".
+void mole_model_describe(const mole_model *m, char *buf, size_t n);
+
+// ---- session (one sequence, its KV cache and scratch) -------------------
+typedef struct mole_session mole_session;
+
+typedef enum { MOLE_KV_F16 = 0, MOLE_KV_F32 = 1 } mole_kv_type;
+
+typedef struct mole_session_params {
+  int64_t n_ctx;         // KV capacity in tokens; 0 = min(train ctx, 4096)
+  int64_t n_batch;       // prefill chunk; 0 = 512
+  mole_kv_type kv_type;  // default F16
+  int n_threads;         // 0 = the model's
+} mole_session_params;
+
+mole_session_params mole_session_default_params(void);
+mole_status mole_session_new(mole_model *m, const mole_session_params *p, mole_session **out);
+void mole_session_free(mole_session *s);
+void mole_session_reset(mole_session *s);
+int64_t mole_session_n_past(const mole_session *s);
+// Feeds n tokens at the current position. If logits != NULL it receives
+// [n][n_vocab] floats when all_logits, else [n_vocab] for the last token.
+mole_status mole_session_eval(mole_session *s, const int32_t *tokens, int64_t n, float *logits,
+                              bool all_logits);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,48 @@
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *tu_path(const char *rel) {
+  static char bufs[8][4096];
+  static int slot;
+  char *b = bufs[slot++ & 7];
+  const char *root = getenv("MOLE_SOURCE_DIR");
+  snprintf(b, 4096, "%s/%s", root ? root : ".", rel);
+  return b;
+}
+
+void *tu_read_file(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long sz = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  void *buf = malloc(sz > 0 ? (size_t)sz : 1);
+  if (buf && fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
+    free(buf);
+    buf = NULL;
+  }
+  fclose(f);
+  if (buf && n) *n = (size_t)sz;
+  return buf;
+}
+
+uint64_t tu_rand_u64(uint64_t *s) {
+  uint64_t x = *s ? *s : 0x9E3779B97F4A7C15ull;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  *s = x;
+  return x;
+}
+
+float tu_rand_uniform(uint64_t *s, float lo, float hi) {
+  return lo + (hi - lo) * (float)((tu_rand_u64(s) >> 40) / (double)(1ull << 24));
+}
+
+int tu_asan(void) {
+  const char *e = getenv("MOLE_ASAN");
+  return e && *e == '1';
+}

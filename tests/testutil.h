@@ -1,0 +1,21 @@
+// Helpers shared by the cmocka tests.
+#ifndef MOLE_TESTUTIL_H
+#define MOLE_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+// $MOLE_SOURCE_DIR/rel (static buffer per call slot; copy if kept).
+const char *tu_path(const char *rel);
+// Whole file into a malloc'd buffer (NULL on failure); *n gets the size.
+void *tu_read_file(const char *path, size_t *n);
+// xorshift random numbers for reproducible tests
+uint64_t tu_rand_u64(uint64_t *state);
+float tu_rand_uniform(uint64_t *state, float lo, float hi);
+// true under the ASan build (MOLE_ASAN=1): tests may pick smaller loads.
+int tu_asan(void);
+
+#endif
