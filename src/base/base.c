@@ -86,8 +86,9 @@ void *mole_malloc(size_t n) { return mole_realloc(NULL, n ? n : 1); }
 
 void *mole_calloc(size_t n, size_t size) {
   if (size && n > SIZE_MAX / size) return NULL;
-  void *p = mole_malloc(n * size);
-  if (p) memset(p, 0, n * size ? n * size : 1);
+  size_t bytes = (n && size) ? n * size : 1;
+  void *p = mole_malloc(bytes);
+  if (p) memset(p, 0, bytes);
   return p;
 }
 
