@@ -25,6 +25,9 @@ typedef enum {
 
 enum { GGUF_MAX_DIMS = 4, GGUF_DEFAULT_ALIGNMENT = 32 };
 
+const char *gguf_type_name(gguf_type t);  // "u32", "string", ...; "invalid" out of range
+size_t gguf_type_size(gguf_type t);       // bytes of one numeric/bool element; 0 for string/array
+
 typedef struct gguf_tensor {
   const char *name;        // nul-terminated
   uint32_t n_dims;         // 1..4

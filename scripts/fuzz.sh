@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Fuzzes the GGUF reader: builds fuzz_gguf with clang (libFuzzer, ASan+UBSan)
+# in build-fuzz, seeds a corpus from the small conformance GGUF files plus a
+# few hand-made ones, and runs it for FUZZ_SECONDS (default 60). Fails on any
+# crash, leak or sanitizer report; quiet on success apart from one line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${FUZZ_SECONDS:-60}
+build=build-fuzz
+mkdir -p "$build"
+log=$build/fuzz-build.log
+if ! { CC=clang cmake -S . -B "$build" -DMOLE_FUZZ=ON -DMOLE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Release \
+         -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link" &&
+       cmake --build "$build" -j "$(nproc)" --target fuzz_gguf; } >"$log" 2>&1; then
+  tail -n 40 "$log" >&2
+  echo "fuzz: building fuzz_gguf failed (full log: $log)" >&2
+  exit 1
+fi
+
+corpus=$build/corpus-gguf
+mkdir -p "$corpus"
+for f in tests/data/conformance/models/*.gguf tests/data/conformance/tokenizer/*.gguf; do
+  [ -f "$f" ] || continue
+  if [ "$(stat -c %s "$f")" -le 2097152 ]; then cp -f "$f" "$corpus/seed-$(basename "$f")"; fi
+done
+# Tiny hand-made seeds: the mutator works best on small inputs.
+le32() { printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $(($1 & 255)) $(($1 >> 8 & 255)) $(($1 >> 16 & 255)) $(($1 >> 24 & 255)))"; }
+le64() { le32 $(($1 & 0xffffffff)); le32 $(($1 >> 32 & 0xffffffff)); }
+str() { le64 ${#1}; printf '%s' "$1"; }
+{ printf 'GGUF'; le32 3; le64 2; le64 4
+  str general.architecture; le32 8; str llama
+  str general.alignment; le32 4; le32 64
+  str tokenizer.ggml.tokens; le32 9; le32 8; le64 3; str '<s>'; str ''; str hello
+  str llama.ids; le32 9; le32 5; le64 2; le32 7; le32 9
+  str a; le32 2; le64 8; le64 1; le32 0; le64 0
+  str b; le32 1; le64 32; le32 2; le64 64
+} >"$corpus/seed-tiny-tensors.gguf"
+pad=$(( (64 - $(stat -c %s "$corpus/seed-tiny-tensors.gguf") % 64) % 64 ))
+head -c $((pad + 64 + 18)) /dev/zero >>"$corpus/seed-tiny-tensors.gguf"
+{ printf 'GGUF'; le32 2; le64 0; le64 3
+  str k.u8; le32 0; printf 'x'
+  str k.f64; le32 12; le64 0
+  str k.bools; le32 9; le32 7; le64 2; printf '\x01\x00'
+} >"$corpus/seed-tiny-kv.gguf"
+
+run_log=$build/fuzz-run.log
+set +e
+"$build/fuzz_gguf" "$corpus" -max_total_time="$secs" -max_len=2097152 -timeout=20 -rss_limit_mb=4096 \
+  -print_final_stats=1 -artifact_prefix="$build/crash-" >"$run_log" 2>&1
+rc=$?
+set -e
+if [ $rc -ne 0 ]; then
+  tail -n 60 "$run_log" >&2
+  echo "fuzz: fuzz_gguf FAILED (exit $rc); the input is saved as $build/crash-*; full log: $run_log" >&2
+  exit 1
+fi
+execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$run_log" | tail -n 1)
+echo "fuzz: fuzz_gguf ran ${secs}s, ${execs:-?} inputs, corpus $(ls "$corpus" | wc -l) files, no crashes"
