@@ -1,0 +1,217 @@
+// quant: the traits tables (scalar reference + active SIMD), CPU dispatch,
+// f16/bf16 scalar conversions, the matmul entry point, per-thread scratch.
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/quant_internal.h"
+
+// ---- f16 / bf16 -------------------------------------------------------------
+// Bit-exact with F16C (vcvtps2ph round-to-nearest-even, vcvtph2ps): IEEE
+// half precision with subnormals, inf, and NaN quieted.
+
+float quant_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+  uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff, u;
+  if (e == 0) {
+    float f = (float)m * 0x1p-24f;  // zero or subnormal: exact
+    memcpy(&u, &f, 4);
+    u |= sign;
+  } else if (e == 31) {
+    u = sign | 0x7f800000 | (m << 13) | (m ? 0x400000 : 0);
+  } else {
+    u = sign | ((e + 112) << 23) | (m << 13);
+  }
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t quant_f32_to_f16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+  uint32_t ax = x & 0x7fffffff;
+  uint32_t e = ax >> 23;
+  if (e == 255) return (uint16_t)(sign | 0x7c00 | (ax & 0x7fffff ? 0x200 | ((ax >> 13) & 0x3ff) : 0));
+  if (e >= 143) return (uint16_t)(sign | 0x7c00);  // >= 2^16: overflow
+  if (e >= 113) {                                  // normal half
+    uint32_t h = ((e - 112) << 10) | ((ax >> 13) & 0x3ff);
+    uint32_t rem = ax & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;  // carries into exponent / inf
+    return (uint16_t)(sign | h);
+  }
+  if (e < 102) return sign;  // < 2^-25: rounds to zero (ties to even)
+  uint32_t mant = (ax & 0x7fffff) | 0x800000;
+  uint32_t shift = 126 - e;  // 14..24
+  uint32_t h = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+  if (rem > half || (rem == half && (h & 1))) h++;
+  return (uint16_t)(sign | h);
+}
+
+float quant_bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t quant_f32_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 64);  // NaN: keep quiet
+  return (uint16_t)((u + (0x7fff + ((u >> 16) & 1))) >> 16);
+}
+
+// ---- traits tables ------------------------------------------------------------
+
+#define REF(t, vdt, isq)                                                                         \
+  {                                                                                              \
+    .name = #t, .is_quantized = isq, .vec_dot_type = vdt, .to_float = quant_to_float_##t##_ref, \
+    .from_float = quant_from_float_##t##_ref                                                     \
+  }
+
+static quant_traits g_ref[QT_COUNT] = {
+    [QT_F32] = REF(f32, QT_F32, false),    [QT_F16] = REF(f16, QT_F16, false),
+    [QT_BF16] = REF(bf16, QT_BF16, false), [QT_Q4_0] = REF(q4_0, QT_Q8_0, true),
+    [QT_Q4_1] = REF(q4_1, QT_Q8_1, true),  [QT_Q5_0] = REF(q5_0, QT_Q8_0, true),
+    [QT_Q5_1] = REF(q5_1, QT_Q8_1, true),  [QT_Q8_0] = REF(q8_0, QT_Q8_0, true),
+    [QT_Q8_1] = REF(q8_1, QT_Q8_1, true),  [QT_Q2_K] = REF(q2_K, QT_Q8_K, true),
+    [QT_Q3_K] = REF(q3_K, QT_Q8_K, true),  [QT_Q4_K] = REF(q4_K, QT_Q8_K, true),
+    [QT_Q5_K] = REF(q5_K, QT_Q8_K, true),  [QT_Q6_K] = REF(q6_K, QT_Q8_K, true),
+    [QT_Q8_K] = REF(q8_K, QT_Q8_K, true),
+};
+#undef REF
+
+static quant_traits g_active[QT_COUNT];
+static bool (*g_gemm)(quant_type, const void *, size_t, const void *, size_t, float *, int64_t, int64_t, int64_t,
+                      int64_t, int64_t);
+static int g_level = -1;     // ISA level in use
+static int g_cpu_level = 0;  // best level this CPU has
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void fill_ref(void) {
+  // the parts of the reference table that the designated initializers cannot say
+#define DOT(t, T) g_ref[T].vec_dot = quant_vec_dot_##t##_ref;
+  DOT(f32, QT_F32) DOT(f16, QT_F16) DOT(bf16, QT_BF16) DOT(q4_0, QT_Q4_0) DOT(q4_1, QT_Q4_1) DOT(q5_0, QT_Q5_0)
+  DOT(q5_1, QT_Q5_1) DOT(q8_0, QT_Q8_0) DOT(q2_K, QT_Q2_K) DOT(q3_K, QT_Q3_K) DOT(q4_K, QT_Q4_K)
+  DOT(q5_K, QT_Q5_K) DOT(q6_K, QT_Q6_K)
+#undef DOT
+  for (int t = 0; t < QT_COUNT; t++) {
+    if (!g_ref[t].name) continue;
+    g_ref[t].name = quant_type_name((uint32_t)t);  // lower-case canonical spelling
+    g_ref[t].blck_size = quant_blck_size((uint32_t)t);
+    g_ref[t].type_size = quant_type_size((uint32_t)t);
+  }
+}
+
+static int detect_level(void) {
+  __builtin_cpu_init();
+  bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  // F16C has no __builtin_cpu_supports name on every compiler; every CPU with
+  // AVX2 has it.
+  if (!avx2) return 0;
+  bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16");
+  return avx512 ? 2 : 1;
+}
+
+static void apply_level(int level) {
+  quant_kernels ks;
+  memset(&ks, 0, sizeof ks);
+  if (level >= 1) quant_kernels_avx2(&ks);
+  if (level >= 2) quant_kernels_avx512(&ks);
+  for (int t = 0; t < QT_COUNT; t++) {
+    g_active[t] = g_ref[t];
+    if (!g_ref[t].name) continue;
+    if (ks.to_float[t]) g_active[t].to_float = ks.to_float[t];
+    if (ks.from_float[t]) g_active[t].from_float = ks.from_float[t];
+    if (ks.vec_dot[t] && g_ref[t].vec_dot) g_active[t].vec_dot = ks.vec_dot[t];
+  }
+  g_gemm = ks.gemm;
+  g_level = level;
+}
+
+static void init_once(void) {
+  fill_ref();
+  g_cpu_level = detect_level();
+  apply_level(g_cpu_level);
+}
+
+void quant_init(void) { pthread_once(&g_once, init_once); }
+
+int quant_force_isa(int level) {
+  quant_init();
+  if (level < 0) level = 0;
+  if (level > g_cpu_level) level = g_cpu_level;
+  apply_level(level);
+  return level;
+}
+
+const char *quant_isa_name(void) {
+  quant_init();
+  static const char *names[] = {"scalar", "avx2", "avx512vnni"};
+  return names[g_level];
+}
+
+const quant_traits *quant_traits_of(quant_type t) {
+  quant_init();
+  if ((unsigned)t >= QT_COUNT || !g_active[t].name) return NULL;
+  return &g_active[t];
+}
+
+const quant_traits *quant_traits_ref(quant_type t) {
+  quant_init();
+  if ((unsigned)t >= QT_COUNT || !g_ref[t].name) return NULL;
+  return &g_ref[t];
+}
+
+bool quant_type_supported(uint32_t t) {
+  const quant_traits *tr = t < QT_COUNT ? quant_traits_of((quant_type)t) : NULL;
+  return tr && tr->to_float && tr->vec_dot;
+}
+
+// ---- matmul ---------------------------------------------------------------------
+
+void quant_gemm(quant_type wt, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
+                int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k) {
+  const quant_traits *tr = quant_traits_of(wt);
+  MOLE_ASSERT(tr && tr->vec_dot);
+  MOLE_ASSERT(k % tr->blck_size == 0 && i0 >= 0 && i0 <= i1 && n_tok >= 0);
+  if (i0 == i1 || n_tok == 0) return;
+  if (g_gemm && g_gemm(wt, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k)) return;
+  // vec_dot loops over 16-row panels: the panel stays in cache across tokens
+  const char *w = W, *x = X;
+  for (int64_t ib = i0; ib < i1; ib += 16) {
+    int64_t ie = MOLE_MIN(ib + 16, i1);
+    for (int64_t j = 0; j < n_tok; j++)
+      for (int64_t i = ib; i < ie; i++)
+        tr->vec_dot(k, &Y[j * ldy + i], w + (size_t)i * wstride, x + (size_t)j * xstride);
+  }
+}
+
+// ---- per-thread scratch --------------------------------------------------------
+// A cache per thread, outside the mole allocator's accounting (it lives as long
+// as the thread, like libc's own caches).
+
+static pthread_key_t g_scratch_key;
+static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
+static _Thread_local void *t_scratch;
+static _Thread_local size_t t_scratch_n;
+
+static void scratch_free(void *p) { free(p); }
+static void scratch_key_init(void) { MOLE_ASSERT(pthread_key_create(&g_scratch_key, scratch_free) == 0); }
+
+void *quant_scratch(size_t n) {
+  if (n <= t_scratch_n) return t_scratch;
+  pthread_once(&g_scratch_once, scratch_key_init);
+  free(t_scratch);
+  size_t cap = (n + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
+  void *p = NULL;
+  MOLE_ASSERT(posix_memalign(&p, 64, cap) == 0);
+  t_scratch = p;
+  t_scratch_n = cap;
+  pthread_setspecific(g_scratch_key, p);
+  return p;
+}

@@ -1,0 +1,2 @@
+#include "quant/quant_internal.h"
+void quant_kernels_avx2(quant_kernels *ks) { (void)ks; }

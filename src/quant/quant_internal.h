@@ -1,0 +1,176 @@
+// quant internals: block layouts (byte-compatible with ggml/GGUF), small
+// scalar helpers, and the kernel entry points of each ISA file.
+//
+// Value of element j of a block, per type (d, m, dmin as f16 unless noted):
+//   q4_0: d * (q - 8), q = qs[j%16] >> 4*(j/16) & 15
+//   q4_1: d * q + m
+//   q5_0: d * (q - 16), q = q4 | bit j of qh << 4
+//   q5_1: d * q + m
+//   q8_0: d * qs[j];  q8_1: same, s = d * sum(qs) (f16)
+//   q2_K: d * (sc & 15) * q - dmin * (sc >> 4), 16 groups of 16, q 2 bits
+//   q3_K: d * (sc - 32) * (q - 4 * !hbit), 16 groups of 16, 6-bit sc packed
+//   q4_K: d * sc * q - dmin * m, 8 groups of 32, 6-bit sc/m packed in 12 bytes
+//   q5_K: as q4_K with a 5th bit in qh
+//   q6_K: d * sc * (q - 32), 16 groups of 16, int8 sc
+//   q8_K: d (f32) * qs[j], bsums[g] = sum of qs in group g of 16
+#ifndef MOLE_QUANT_INTERNAL_H
+#define MOLE_QUANT_INTERNAL_H
+
+#include <string.h>
+
+#include "quant/quant.h"
+
+#define QK4_0 32
+#define QK8_0 32
+#define QK_K 256
+
+typedef struct {
+  uint16_t d;
+  uint8_t qs[16];
+} blk_q4_0;
+_Static_assert(sizeof(blk_q4_0) == 18, "q4_0 block");
+
+typedef struct {
+  uint16_t d, m;
+  uint8_t qs[16];
+} blk_q4_1;
+_Static_assert(sizeof(blk_q4_1) == 20, "q4_1 block");
+
+typedef struct {
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[16];
+} blk_q5_0;
+_Static_assert(sizeof(blk_q5_0) == 22, "q5_0 block");
+
+typedef struct {
+  uint16_t d, m;
+  uint8_t qh[4];
+  uint8_t qs[16];
+} blk_q5_1;
+_Static_assert(sizeof(blk_q5_1) == 24, "q5_1 block");
+
+typedef struct {
+  uint16_t d;
+  int8_t qs[32];
+} blk_q8_0;
+_Static_assert(sizeof(blk_q8_0) == 34, "q8_0 block");
+
+typedef struct {
+  uint16_t d, s;
+  int8_t qs[32];
+} blk_q8_1;
+_Static_assert(sizeof(blk_q8_1) == 36, "q8_1 block");
+
+typedef struct {
+  uint8_t scales[16];  // low nibble scale, high nibble min
+  uint8_t qs[64];
+  uint16_t d, dmin;
+} blk_q2_K;
+_Static_assert(sizeof(blk_q2_K) == 84, "q2_K block");
+
+typedef struct {
+  uint8_t hmask[32];
+  uint8_t qs[64];
+  uint8_t scales[12];
+  uint16_t d;
+} blk_q3_K;
+_Static_assert(sizeof(blk_q3_K) == 110, "q3_K block");
+
+typedef struct {
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qs[128];
+} blk_q4_K;
+_Static_assert(sizeof(blk_q4_K) == 144, "q4_K block");
+
+typedef struct {
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qh[32];
+  uint8_t qs[128];
+} blk_q5_K;
+_Static_assert(sizeof(blk_q5_K) == 176, "q5_K block");
+
+typedef struct {
+  uint8_t ql[128];
+  uint8_t qh[64];
+  int8_t scales[16];
+  uint16_t d;
+} blk_q6_K;
+_Static_assert(sizeof(blk_q6_K) == 210, "q6_K block");
+
+typedef struct {
+  float d;
+  int8_t qs[256];
+  int16_t bsums[16];
+} blk_q8_K;
+_Static_assert(sizeof(blk_q8_K) == 292, "q8_K block");
+
+// ---- scalar helpers -------------------------------------------------------
+
+static inline float qi_f16(uint16_t h) { return quant_f16_to_f32(h); }
+static inline uint16_t qi_to_f16(float f) { return quant_f32_to_f16(f); }
+
+// 6-bit scale and min of group j (0..7) of a q4_K/q5_K block.
+static inline void qi_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+// The 16 signed 6-bit scales (-32..31) of a q3_K block.
+static inline void qi_scales_q3k(const uint8_t *s12, int8_t out[16]) {
+  for (int j = 0; j < 16; j++) {
+    int lo = j < 8 ? (s12[j] & 0xF) : (s12[j - 8] >> 4);
+    int hi = (s12[8 + j % 4] >> (2 * (j / 4))) & 3;
+    out[j] = (int8_t)((lo | (hi << 4)) - 32);
+  }
+}
+
+// ---- kernels per ISA --------------------------------------------------------
+// Every entry below has the signature of quant_to_float_fn / quant_from_float_fn
+// / quant_vec_dot_fn. The ref set is complete; SIMD sets fill what they speed up.
+
+#define QI_REF_TYPES(X) \
+  X(f32) X(f16) X(bf16) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(q8_1) X(q2_K) X(q3_K) X(q4_K) X(q5_K) X(q6_K) X(q8_K)
+
+#define QI_DECL_CONV(t)                                                          \
+  void quant_to_float_##t##_ref(const void *restrict x, float *restrict y, int64_t n); \
+  void quant_from_float_##t##_ref(const float *restrict x, void *restrict y, int64_t n);
+QI_REF_TYPES(QI_DECL_CONV)
+#undef QI_DECL_CONV
+
+#define QI_VEC_DOT_TYPES(X) \
+  X(f32) X(f16) X(bf16) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(q2_K) X(q3_K) X(q4_K) X(q5_K) X(q6_K)
+
+#define QI_DECL_DOT(t) \
+  void quant_vec_dot_##t##_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+QI_VEC_DOT_TYPES(QI_DECL_DOT)
+#undef QI_DECL_DOT
+
+// The SIMD files fill a kernel set: NULL entries keep the reference kernel.
+typedef struct {
+  quant_to_float_fn to_float[QT_COUNT];
+  quant_from_float_fn from_float[QT_COUNT];
+  quant_vec_dot_fn vec_dot[QT_COUNT];
+  // Tiled matmul (see quant_gemm); returns false when it does not handle the
+  // type or shape, and the caller falls back to vec_dot loops.
+  bool (*gemm)(quant_type wt, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
+               int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k);
+} quant_kernels;
+
+void quant_kernels_avx2(quant_kernels *ks);
+void quant_kernels_avx512(quant_kernels *ks);
+bool quant_gemm_avx512(quant_type wt, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
+                       int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k);
+
+// Per-thread scratch for packing (grow-only, 64-byte aligned, freed at thread
+// exit). Valid until the next call on the same thread.
+void *quant_scratch(size_t n);
+
+#endif
