@@ -1,0 +1,647 @@
+// tokenizer: llama.cpp's test vectors for four vocabularies (two SentencePiece,
+// two byte-level BPE), round trips, special tokens, every pre-tokenizer's
+// regexes, random and pathological inputs.
+//
+// Vectors: tests/data/conformance/tokenizer/ggml-vocab-*.gguf{,.inp,.out}, from
+// llama.cpp (MIT licence; see tests/data/conformance/CREDITS.md).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gguf/gguf.h"
+#include "testutil.h"
+#include "tokenizer/tokenizer.h"
+
+static const char *const k_vocabs[] = {"llama-spm", "phi-3", "gpt-2", "deepseek-coder"};
+enum { N_VOCABS = 4 };
+
+typedef struct {
+  gguf_file *f;
+  tok_vocab *v;
+} vocab_h;
+
+static vocab_h open_vocab(const char *name) {
+  char rel[256];
+  snprintf(rel, sizeof rel, "tests/data/conformance/tokenizer/ggml-vocab-%s.gguf", name);
+  vocab_h h = {0};
+  mole_status st = gguf_open(tu_path(rel), &h.f);
+  if (st != MOLE_OK) fail_msg("%s: %s", rel, mole_last_error());
+  st = tok_load(h.f, &h.v);
+  if (st != MOLE_OK) fail_msg("%s: %s", rel, mole_last_error());
+  return h;
+}
+
+static void close_vocab(vocab_h h) {
+  tok_free(h.v);
+  gguf_close(h.f);
+}
+
+static bool is_spm(const tok_vocab *v) { return tok_vocab_model(v) == TOK_MODEL_SPM; }
+
+// Strict UTF-8 validity (no overlongs, surrogates or code points past U+10FFFF).
+static bool valid_utf8(const char *s, size_t n) {
+  const unsigned char *u = (const unsigned char *)s;
+  for (size_t i = 0; i < n;) {
+    unsigned c = u[i];
+    size_t k;
+    uint32_t cp;
+    if (c < 0x80) {
+      i++;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      k = 1, cp = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      k = 2, cp = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      k = 3, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + k >= n) return false;
+    for (size_t j = 1; j <= k; j++) {
+      if ((u[i + j] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (u[i + j] & 0x3F);
+    }
+    if ((k == 2 && cp < 0x800) || (k == 3 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
+      return false;
+    i += k + 1;
+  }
+  return true;
+}
+
+// Whether decode(encode(s)) must give s back: valid UTF-8, no escaped-space
+// character in SPM text, and no special token cut out of it.
+static bool round_trips(const tok_vocab *v, const char *s, size_t n, const int32_t *ids, int64_t n_ids) {
+  if (!valid_utf8(s, n)) return false;
+  if (is_spm(v) && memmem(s, n, "\xe2\x96\x81", 3)) return false;
+  for (int64_t i = 0; i < n_ids; i++) {
+    tok_token_type t = tok_token_type_of(v, ids[i]);
+    if (t == TOK_TYPE_CONTROL || t == TOK_TYPE_USER_DEFINED || t == TOK_TYPE_UNKNOWN) return false;
+  }
+  return true;
+}
+
+static unsigned round_trip_flags(const tok_vocab *v) { return is_spm(v) ? TOK_DECODE_STRIP_SPACE : 0; }
+
+static void check_round_trip(const tok_vocab *v, const char *what, const char *s, size_t n, const int32_t *ids,
+                             int64_t n_ids) {
+  char *out = NULL;
+  size_t out_n = 0;
+  assert_int_equal(tok_decode(v, ids, n_ids, round_trip_flags(v), &out, &out_n), MOLE_OK);
+  if (out_n != n || memcmp(out, s, n)) fail_msg("%s: round trip of '%.*s' gave '%s'", what, (int)n, s, out);
+  mole_free(out);
+}
+
+// ---- llama.cpp's vectors --------------------------------------------------------------
+
+static void test_vectors(void **state) {
+  (void)state;
+  int64_t total = 0;
+  for (int k = 0; k < N_VOCABS; k++) {
+    vocab_h h = open_vocab(k_vocabs[k]);
+    char rel[256];
+    size_t inp_n = 0, out_n = 0;
+    snprintf(rel, sizeof rel, "tests/data/conformance/tokenizer/ggml-vocab-%s.gguf.inp", k_vocabs[k]);
+    char *inp = tu_read_file(tu_path(rel), &inp_n);
+    snprintf(rel, sizeof rel, "tests/data/conformance/tokenizer/ggml-vocab-%s.gguf.out", k_vocabs[k]);
+    char *outp = tu_read_file(tu_path(rel), &out_n);
+    assert_non_null(inp);
+    assert_non_null(outp);
+    static const char sep[] = "\n__ggml_vocab_test__\n";
+    const size_t sep_n = sizeof sep - 1;
+    const char *s = inp, *end = inp + inp_n, *line = outp, *out_end = outp + out_n;
+    int idx = 0;
+    while (s < end) {
+      const char *e = memmem(s, (size_t)(end - s), sep, sep_n);
+      if (!e) e = end;
+      const char *le = memchr(line, '\n', (size_t)(out_end - line));
+      if (!le) le = out_end;
+      assert_true(line < out_end || le == out_end);
+      // expected ids of this line
+      int32_t want[4096];
+      int64_t n_want = 0;
+      for (const char *p = line; p < le;) {
+        char *q;
+        long x = strtol(p, &q, 10);
+        if (q == p) {
+          p++;
+          continue;
+        }
+        assert_true(n_want < 4096);
+        want[n_want++] = (int32_t)x;
+        p = q;
+      }
+      int32_t *ids = NULL;
+      int64_t n = 0;
+      size_t sn = (size_t)(e - s);
+      assert_int_equal(tok_encode(h.v, s, sn, false, false, &ids, &n), MOLE_OK);
+      bool same = n == n_want && (n == 0 || !memcmp(ids, want, (size_t)n * sizeof *ids));
+      if (!same) {
+        char got[8192];
+        int at = 0;
+        for (int64_t i = 0; i < n && at < 8000; i++) at += snprintf(got + at, sizeof got - (size_t)at, " %d", ids[i]);
+        got[at] = 0;
+        fail_msg("%s: vector %d '%.*s':\n  want%.*s\n  got %s", k_vocabs[k], idx, (int)sn, s, (int)(le - line), line,
+                 got);
+      }
+      // round trip (no vector holds a special token's text... except deepseek's
+      // user-defined characters, which render as themselves)
+      char *dec = NULL;
+      size_t dec_n = 0;
+      assert_int_equal(tok_decode(h.v, ids, n, round_trip_flags(h.v), &dec, &dec_n), MOLE_OK);
+      if (dec_n != sn || memcmp(dec, s, sn))
+        fail_msg("%s: vector %d: round trip of '%.*s' gave '%s'", k_vocabs[k], idx, (int)sn, s, dec);
+      mole_free(dec);
+      mole_free(ids);
+      total++;
+      idx++;
+      s = e + sep_n;
+      line = le < out_end ? le + 1 : out_end;
+    }
+    assert_int_equal(idx, 46);
+    free(inp);
+    free(outp);
+    close_vocab(h);
+  }
+  assert_int_equal(total, 4 * 46);
+}
+
+// ---- vocabulary facts, special tokens ------------------------------------------------------
+
+static int64_t encode(const tok_vocab *v, const char *s, bool add_special, bool parse_special, int32_t *out,
+                      int64_t cap) {
+  int32_t *ids = NULL;
+  int64_t n = 0;
+  assert_int_equal(tok_encode(v, s, strlen(s), add_special, parse_special, &ids, &n), MOLE_OK);
+  assert_non_null(ids);
+  assert_true(n <= cap);
+  memcpy(out, ids, (size_t)n * sizeof *ids);
+  mole_free(ids);
+  return n;
+}
+
+static bool contains(const int32_t *ids, int64_t n, int32_t id) {
+  for (int64_t i = 0; i < n; i++)
+    if (ids[i] == id) return true;
+  return false;
+}
+
+static void test_vocab_facts(void **state) {
+  (void)state;
+  vocab_h h = open_vocab("llama-spm");
+  assert_int_equal(tok_n_vocab(h.v), 32000);
+  assert_int_equal(tok_bos(h.v), 1);
+  assert_int_equal(tok_eos(h.v), 2);
+  assert_int_equal(tok_unk(h.v), 0);
+  assert_true(tok_add_bos(h.v));
+  assert_false(tok_add_eos(h.v));
+  assert_true(tok_is_eog(h.v, 2));
+  assert_false(tok_is_eog(h.v, 1));
+  assert_false(tok_is_eog(h.v, -1));
+  assert_false(tok_is_eog(h.v, 32000));
+  assert_string_equal(tok_pre_name(h.v), "spm");
+  size_t l = 0;
+  assert_string_equal(tok_text(h.v, 1, &l), "<s>");
+  assert_int_equal(l, 3);
+  assert_null(tok_text(h.v, 32000, NULL));
+  assert_int_equal(tok_find(h.v, "<s>", 3), 1);
+  assert_int_equal(tok_find(h.v, "\xe2\x96\x81Hello", 8), 15043);
+  assert_int_equal(tok_find(h.v, "no such token at all", 20), -1);
+  assert_int_equal(tok_token_type_of(h.v, 1), TOK_TYPE_CONTROL);
+  assert_int_equal(tok_token_type_of(h.v, 3), TOK_TYPE_BYTE);
+  int32_t ids[64];
+  int64_t n = encode(h.v, "Hello world", true, false, ids, 64);  // BOS, then "▁Hello ▁world"
+  assert_int_equal(n, 3);
+  assert_int_equal(ids[0], 1);
+  assert_int_equal(ids[1], 15043);
+  assert_int_equal(ids[2], 3186);
+  n = encode(h.v, "", true, false, ids, 64);  // as SentencePiece: "" -> [BOS]
+  assert_int_equal(n, 1);
+  assert_int_equal(ids[0], 1);
+  n = encode(h.v, "", false, false, ids, 64);
+  assert_int_equal(n, 0);
+  // pieces: escaped space, byte tokens, control tokens only when rendered
+  char buf[16];
+  assert_int_equal(tok_piece(h.v, 15043, buf, sizeof buf, false), 6);
+  assert_memory_equal(buf, " Hello", 6);
+  assert_int_equal(tok_piece(h.v, 3 + 0x0A, buf, sizeof buf, false), 1);  // <0x0A>
+  assert_int_equal(buf[0], '\n');
+  assert_int_equal(tok_piece(h.v, 1, buf, sizeof buf, false), 0);
+  assert_int_equal(tok_piece(h.v, 1, buf, sizeof buf, true), 3);
+  assert_int_equal(tok_piece(h.v, 15043, buf, 2, false), 6);  // too small: length still reported
+  assert_int_equal(tok_piece(h.v, -1, buf, sizeof buf, false), -1);
+  // decode: llama.cpp's rules for the leading space and BOS
+  int32_t seq[] = {1, 15043, 3186, 2};
+  char *text = NULL;
+  size_t tn = 0;
+  assert_int_equal(tok_decode(h.v, seq + 1, 2, TOK_DECODE_LLAMA, &text, &tn), MOLE_OK);
+  assert_string_equal(text, "Hello world");
+  mole_free(text);
+  assert_int_equal(tok_decode(h.v, seq + 1, 2, 0, &text, &tn), MOLE_OK);
+  assert_string_equal(text, " Hello world");
+  mole_free(text);
+  assert_int_equal(tok_decode(h.v, seq, 4, TOK_DECODE_LLAMA | TOK_DECODE_REMOVE_SPECIAL, &text, &tn), MOLE_OK);
+  assert_string_equal(text, " Hello world");  // a removed BOS keeps the space; </s> renders as nothing
+  mole_free(text);
+  assert_int_equal(tok_decode(h.v, seq, 4, TOK_DECODE_RENDER_SPECIAL, &text, &tn), MOLE_OK);
+  assert_string_equal(text, "<s> Hello world</s>");
+  mole_free(text);
+  int32_t bad[] = {5, 32000};
+  assert_int_equal(tok_decode(h.v, bad, 2, 0, &text, &tn), MOLE_ERR_ARG);
+  close_vocab(h);
+
+  h = open_vocab("gpt-2");
+  assert_int_equal(tok_bos(h.v), 50256);
+  assert_int_equal(tok_eos(h.v), 50256);
+  assert_int_equal(tok_eot(h.v), 50256);  // <|endoftext|>
+  assert_true(tok_is_eog(h.v, 50256));
+  assert_false(tok_add_bos(h.v));
+  assert_string_equal(tok_pre_name(h.v), "gpt-2");
+  n = encode(h.v, "Hello world", true, false, ids, 64);
+  assert_int_equal(n, 2);
+  assert_int_equal(ids[0], 15496);
+  assert_int_equal(ids[1], 995);
+  assert_int_equal(tok_piece(h.v, 995, buf, sizeof buf, false), 6);  // "Ġworld"
+  assert_memory_equal(buf, " world", 6);
+  // clean-up of spaces before punctuation, as llama.cpp's detokenizer
+  n = encode(h.v, "Hello , world . It 's", false, false, ids, 64);
+  assert_int_equal(tok_decode(h.v, ids, n, TOK_DECODE_LLAMA, &text, &tn), MOLE_OK);
+  assert_string_equal(text, "Hello, world. It's");
+  mole_free(text);
+  assert_int_equal(tok_decode(h.v, ids, n, 0, &text, &tn), MOLE_OK);
+  assert_string_equal(text, "Hello , world . It 's");
+  mole_free(text);
+  close_vocab(h);
+
+  h = open_vocab("deepseek-coder");
+  assert_string_equal(tok_pre_name(h.v), "deepseek-coder");
+  assert_true(tok_add_bos(h.v));
+  assert_int_equal(tok_bos(h.v), 32013);
+  assert_true(tok_is_eog(h.v, 32014));  // <｜end▁of▁sentence｜>
+  assert_int_equal(tok_eot(h.v), 32014);
+  assert_false(tok_is_eog(h.v, 32021));  // <|EOT|> is no name llama.cpp knows
+  close_vocab(h);
+}
+
+static void test_special_tokens(void **state) {
+  (void)state;
+  int32_t ids[256];
+  // phi-3: <|user|> (32010) and <|end|> (32007) are control tokens
+  vocab_h h = open_vocab("phi-3");
+  assert_true(tok_is_eog(h.v, 32007));  // <|end|>
+  assert_true(tok_is_eog(h.v, 32000));  // <|endoftext|>
+  assert_int_equal(tok_eot(h.v), 32007);  // <|end|> comes before <|endoftext|> in llama.cpp's list
+  const char *chat = "<|user|>\nHi<|end|>\n<|assistant|>";
+  int64_t n = encode(h.v, chat, true, true, ids, 256);
+  assert_int_equal(ids[0], 1);
+  assert_int_equal(ids[1], 32010);
+  assert_true(contains(ids, n, 32007));
+  assert_int_equal(ids[n - 1], 32001);
+  // phi-3's special tokens strip the whitespace after them (llama.cpp's rstrip), so
+  // "\n" after <|user|> is gone and "Hi" gets the space prefix: ▁Hi
+  assert_int_equal(ids[2], tok_find(h.v, "\xe2\x96\x81Hi", 5));
+  n = encode(h.v, chat, false, false, ids, 256);
+  assert_false(contains(ids, n, 32010));
+  assert_false(contains(ids, n, 32007));
+  char *text = NULL;
+  size_t tn = 0;
+  assert_int_equal(tok_decode(h.v, ids, n, TOK_DECODE_STRIP_SPACE, &text, &tn), MOLE_OK);
+  assert_string_equal(text, chat);  // as text, it round-trips
+  mole_free(text);
+  // </s> is USER_DEFINED in phi-3, but llama.cpp's EOG names make it CONTROL too:
+  // parsed only with parse_special
+  n = encode(h.v, "a</s>b", false, false, ids, 256);
+  assert_false(contains(ids, n, 2));
+  n = encode(h.v, "a</s>b", false, true, ids, 256);
+  assert_true(contains(ids, n, 2));
+  assert_true(tok_is_eog(h.v, 2));
+  close_vocab(h);
+
+  // gpt-2: <|endoftext|> only with parse_special
+  h = open_vocab("gpt-2");
+  n = encode(h.v, "<|endoftext|>", false, true, ids, 256);
+  assert_int_equal(n, 1);
+  assert_int_equal(ids[0], 50256);
+  n = encode(h.v, "<|endoftext|>", false, false, ids, 256);
+  assert_true(n > 1);
+  assert_false(contains(ids, n, 50256));
+  n = encode(h.v, "a<|endoftext|><|endoftext|>b", false, true, ids, 256);
+  assert_int_equal(n, 4);
+  assert_int_equal(ids[1], 50256);
+  assert_int_equal(ids[2], 50256);
+  assert_int_equal(tok_decode(h.v, ids, n, TOK_DECODE_RENDER_SPECIAL, &text, &tn), MOLE_OK);
+  assert_string_equal(text, "a<|endoftext|><|endoftext|>b");
+  mole_free(text);
+  assert_int_equal(tok_decode(h.v, ids, n, 0, &text, &tn), MOLE_OK);
+  assert_string_equal(text, "ab");
+  mole_free(text);
+  close_vocab(h);
+
+  // deepseek-coder: added single characters (USER_DEFINED) are always cut out
+  h = open_vocab("deepseek-coder");
+  n = encode(h.v, "x\xc3\xb5y", false, false, ids, 256);  // "xõy"
+  assert_int_equal(n, 3);
+  assert_int_equal(ids[1], 32000);
+  n = encode(h.v, "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", true, true, ids, 256);
+  assert_int_equal(n, 2);  // BOS + the same token parsed
+  assert_int_equal(ids[0], 32013);
+  assert_int_equal(ids[1], 32013);
+  close_vocab(h);
+}
+
+// ---- every pre-tokenizer ------------------------------------------------------------------
+
+// Writes gpt-2's vocabulary with tokenizer.ggml.pre = pre into path.
+static void write_with_pre(const gguf_file *src, const char *pre, const char *path) {
+  gguf_writer *w = NULL;
+  assert_int_equal(gguf_writer_new(&w), MOLE_OK);
+  for (int64_t i = 0; i < gguf_n_kv(src); i++)
+    if (strcmp(gguf_kv_key(src, i), "tokenizer.ggml.pre")) assert_int_equal(gguf_writer_copy_kv(w, src, i), MOLE_OK);
+  if (pre) assert_int_equal(gguf_writer_set_str(w, "tokenizer.ggml.pre", pre), MOLE_OK);
+  assert_int_equal(gguf_writer_begin(w, path), MOLE_OK);
+  assert_int_equal(gguf_writer_finish(w), MOLE_OK);
+  gguf_writer_free(w);
+}
+
+static void fuzz_one(const tok_vocab *v, const char *what, uint64_t *rng, int iters);
+
+static void test_pre_tokenizers(void **state) {
+  (void)state;
+  static const char *const pres[] = {
+      "default", "gpt-2", "mpt", "olmo", "llama3", "llama-bpe", "dbrx", "smaug-bpe", "qwen2", "qwen35",
+      "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon", "starcoder", "refact", "command-r", "gpt-4o",
+      "tekken", "poro-chat", "viking", "chameleon", "bailingmoe", "seed-coder", "laguna", "minicpm5",
+      "glm4", "hunyuan", "stablelm2", "megrez", "bloom", "llama4", "no-such-pre", NULL};
+  static const char *const canon[] = {
+      "default", "gpt-2", "gpt-2", "gpt-2", "llama3", "llama3", "dbrx", "dbrx", "qwen2", "qwen35",
+      "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon", "starcoder", "starcoder", "command-r", "gpt-4o",
+      "tekken", "poro-chat", "viking", "chameleon", "bailingmoe", "seed-coder", "laguna", "minicpm5",
+      "glm4", "qwen2", "megrez", "megrez", "bloom", "gpt-4o", "gpt-2"};
+  vocab_h g = open_vocab("gpt-2");
+  char path[] = "/tmp/mole-test-tok-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  uint64_t rng = 7;
+  const char *sample = "Hello, y'all! How're you 😁 ?我想在apple工作1314151天～ 3.14159  \n\n\tdone~~";
+  for (int k = 0; pres[k] || k == 0; k++) {
+    const char *pre = pres[k];
+    write_with_pre(g.f, pre, path);
+    gguf_file *f = NULL;
+    tok_vocab *v = NULL;
+    assert_int_equal(gguf_open(path, &f), MOLE_OK);
+    if (tok_load(f, &v) != MOLE_OK) fail_msg("pre %s: %s", pre, mole_last_error());
+    assert_string_equal(tok_pre_name(v), canon[k]);
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    assert_int_equal(tok_encode(v, sample, strlen(sample), false, false, &ids, &n), MOLE_OK);
+    assert_true(n > 10);
+    check_round_trip(v, pre, sample, strlen(sample), ids, n);
+    mole_free(ids);
+    fuzz_one(v, pre, &rng, tu_asan() ? 40 : 150);
+    tok_free(v);
+    gguf_close(f);
+  }
+  // no tokenizer.ggml.pre at all: llama.cpp's 'default'
+  write_with_pre(g.f, NULL, path);
+  gguf_file *f = NULL;
+  tok_vocab *v = NULL;
+  assert_int_equal(gguf_open(path, &f), MOLE_OK);
+  assert_int_equal(tok_load(f, &v), MOLE_OK);
+  assert_string_equal(tok_pre_name(v), "default");
+  tok_free(v);
+  gguf_close(f);
+  unlink(path);
+  close_vocab(g);
+}
+
+// The gpt-2 split by hand for the pre-tokenizers whose rules differ visibly.
+static void test_pre_splits(void **state) {
+  (void)state;
+  vocab_h g = open_vocab("gpt-2");
+  char path[] = "/tmp/mole-test-tok-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  static const struct {
+    const char *pre, *text, *pieces;  // pieces: the tokens' pieces, '|'-separated
+  } cases[] = {
+      // llama3: digits in groups of three, a leading non-letter joins the word
+      {"llama3", "12345", "123|45"},
+      {"qwen2", "12345", "1|2|3|4|5"},
+      {"gpt-2", "12345", "123|45"},  // gpt-2 has "123" and "45" tokens and merges them so
+      {"starcoder", "12345", "1|2|3|4|5"},
+      {"gpt-2", "don't", "don|'t"},
+      {"deepseek-llm", "don't", "don|'|t"},
+      {"deepseek-coder", "don't 42", "don|'|t| |4|2"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    write_with_pre(g.f, cases[k].pre, path);
+    gguf_file *f = NULL;
+    tok_vocab *v = NULL;
+    assert_int_equal(gguf_open(path, &f), MOLE_OK);
+    assert_int_equal(tok_load(f, &v), MOLE_OK);
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    assert_int_equal(tok_encode(v, cases[k].text, strlen(cases[k].text), false, false, &ids, &n), MOLE_OK);
+    char got[256] = {0};
+    size_t at = 0;
+    for (int64_t i = 0; i < n; i++) {
+      if (i) got[at++] = '|';
+      int64_t pn = tok_piece(v, ids[i], got + at, sizeof got - at - 1, false);
+      at += (size_t)pn;
+    }
+    got[at] = 0;
+    if (strcmp(got, cases[k].pieces)) fail_msg("pre %s, '%s': got '%s', want '%s'", cases[k].pre, cases[k].text, got, cases[k].pieces);
+    mole_free(ids);
+    tok_free(v);
+    gguf_close(f);
+  }
+  unlink(path);
+  close_vocab(g);
+}
+
+// ---- random and pathological input ------------------------------------------------------------
+
+static size_t random_text(uint64_t *rng, char *buf, size_t cap) {
+  size_t n = (size_t)(tu_rand_u64(rng) % 300);
+  if (n > cap) n = cap;
+  int kind = (int)(tu_rand_u64(rng) % 4);
+  size_t i = 0;
+  while (i < n) {
+    uint64_t r = tu_rand_u64(rng);
+    if (kind == 0) {  // raw bytes
+      buf[i++] = (char)r;
+    } else if (kind == 1) {  // ASCII with lots of spaces/newlines/punctuation
+      static const char set[] = " \n\t\r  abcXYZ019'.,!?<>|~$`-_";
+      buf[i++] = set[r % (sizeof set - 1)];
+    } else {  // valid UTF-8 code points of every length (kind 3: mixed with stray bytes)
+      uint32_t cp;
+      switch (r % 4) {
+        case 0: cp = (uint32_t)(r >> 8) % 0x80; break;
+        case 1: cp = 0x80 + (uint32_t)(r >> 8) % 0x780; break;
+        case 2: cp = 0x800 + (uint32_t)(r >> 8) % 0xF800; break;
+        default: cp = 0x10000 + (uint32_t)(r >> 8) % 0x100000; break;
+      }
+      if (cp >= 0xD800 && cp <= 0xDFFF) cp = 0x3000;
+      if (kind == 3 && (r >> 40) % 16 == 0) cp = 0x110000;  // a stray byte instead
+      char tmp[4];
+      int k;
+      if (cp == 0x110000) {
+        tmp[0] = (char)(0x80 | (r >> 50));
+        k = 1;
+      } else if (cp < 0x80) {
+        tmp[0] = (char)cp, k = 1;
+      } else if (cp < 0x800) {
+        tmp[0] = (char)(0xC0 | (cp >> 6)), tmp[1] = (char)(0x80 | (cp & 0x3F)), k = 2;
+      } else if (cp < 0x10000) {
+        tmp[0] = (char)(0xE0 | (cp >> 12)), tmp[1] = (char)(0x80 | ((cp >> 6) & 0x3F)),
+        tmp[2] = (char)(0x80 | (cp & 0x3F)), k = 3;
+      } else {
+        tmp[0] = (char)(0xF0 | (cp >> 18)), tmp[1] = (char)(0x80 | ((cp >> 12) & 0x3F)),
+        tmp[2] = (char)(0x80 | ((cp >> 6) & 0x3F)), tmp[3] = (char)(0x80 | (cp & 0x3F)), k = 4;
+      }
+      if (i + (size_t)k > n) break;
+      memcpy(buf + i, tmp, (size_t)k);
+      i += (size_t)k;
+    }
+  }
+  return i;
+}
+
+static void fuzz_one(const tok_vocab *v, const char *what, uint64_t *rng, int iters) {
+  char buf[512];
+  for (int it = 0; it < iters; it++) {
+    size_t n = random_text(rng, buf, sizeof buf);
+    bool parse = (tu_rand_u64(rng) & 1) != 0;
+    int32_t *ids = NULL;
+    int64_t n_ids = 0;
+    assert_int_equal(tok_encode(v, buf, n, parse, parse, &ids, &n_ids), MOLE_OK);
+    for (int64_t i = 0; i < n_ids; i++) assert_true(ids[i] >= 0 && ids[i] < tok_n_vocab(v));
+    if (!parse && round_trips(v, buf, n, ids, n_ids)) check_round_trip(v, what, buf, n, ids, n_ids);
+    // decoding anything never fails
+    char *out = NULL;
+    size_t out_n = 0;
+    assert_int_equal(tok_decode(v, ids, n_ids, TOK_DECODE_LLAMA | TOK_DECODE_RENDER_SPECIAL, &out, &out_n), MOLE_OK);
+    mole_free(out);
+    mole_free(ids);
+  }
+}
+
+static void test_fuzz(void **state) {
+  (void)state;
+  uint64_t rng = 12345;
+  for (int k = 0; k < N_VOCABS; k++) {
+    vocab_h h = open_vocab(k_vocabs[k]);
+    fuzz_one(h.v, k_vocabs[k], &rng, 2000);
+    close_vocab(h);
+  }
+}
+
+// Long inputs of every shape that could make a regex or a merge loop quadratic.
+static void test_long_inputs(void **state) {
+  (void)state;
+  size_t n = tu_asan() ? 60000 : 400000;
+  char *buf = malloc(n + 1);
+  assert_non_null(buf);
+  static const char *const units[] = {" ", "a", "7", "\n", "!", " a", "\xe4\xb8\x80", "\xe3\x80\x80", "\xff",
+                                      "ab ", "A", "'s", "<|endoftext|>", "\t\n "};
+  for (int k = 0; k < N_VOCABS; k++) {
+    vocab_h h = open_vocab(k_vocabs[k]);
+    for (size_t u = 0; u < sizeof units / sizeof units[0]; u++) {
+      size_t ul = strlen(units[u]), m = 0;
+      while (m + ul <= n) {
+        memcpy(buf + m, units[u], ul);
+        m += ul;
+      }
+      int64_t t0 = mole_time_us();
+      int32_t *ids = NULL;
+      int64_t n_ids = 0;
+      assert_int_equal(tok_encode(h.v, buf, m, true, true, &ids, &n_ids), MOLE_OK);
+      int64_t dt = mole_time_us() - t0;
+      if (dt > 20 * 1000 * 1000) fail_msg("%s: %zu bytes of '%s' took %lld ms", k_vocabs[k], m, units[u], (long long)(dt / 1000));
+      if (round_trips(h.v, buf, m, ids, n_ids)) check_round_trip(h.v, k_vocabs[k], buf, m, ids, n_ids);
+      mole_free(ids);
+    }
+    close_vocab(h);
+  }
+  free(buf);
+}
+
+static void test_load_errors(void **state) {
+  (void)state;
+  vocab_h g = open_vocab("gpt-2");
+  char path[] = "/tmp/mole-test-tok-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  // an unsupported model
+  gguf_writer *w = NULL;
+  assert_int_equal(gguf_writer_new(&w), MOLE_OK);
+  assert_int_equal(gguf_writer_set_str(w, "tokenizer.ggml.model", "bert"), MOLE_OK);
+  assert_int_equal(gguf_writer_begin(w, path), MOLE_OK);
+  assert_int_equal(gguf_writer_finish(w), MOLE_OK);
+  gguf_writer_free(w);
+  gguf_file *f = NULL;
+  tok_vocab *v = NULL;
+  assert_int_equal(gguf_open(path, &f), MOLE_OK);
+  assert_int_equal(tok_load(f, &v), MOLE_ERR_UNSUPPORTED);
+  assert_null(v);
+  assert_non_null(strstr(mole_last_error(), "bert"));
+  gguf_close(f);
+  // gpt2 without merges
+  assert_int_equal(gguf_writer_new(&w), MOLE_OK);
+  for (int64_t i = 0; i < gguf_n_kv(g.f); i++)
+    if (strcmp(gguf_kv_key(g.f, i), "tokenizer.ggml.merges")) assert_int_equal(gguf_writer_copy_kv(w, g.f, i), MOLE_OK);
+  assert_int_equal(gguf_writer_begin(w, path), MOLE_OK);
+  assert_int_equal(gguf_writer_finish(w), MOLE_OK);
+  gguf_writer_free(w);
+  assert_int_equal(gguf_open(path, &f), MOLE_OK);
+  assert_int_equal(tok_load(f, &v), MOLE_ERR_NOT_FOUND);
+  assert_non_null(strstr(mole_last_error(), "tokenizer.ggml.merges"));
+  gguf_close(f);
+  // no vocabulary at all
+  assert_int_equal(gguf_writer_new(&w), MOLE_OK);
+  assert_int_equal(gguf_writer_set_str(w, "general.name", "x"), MOLE_OK);
+  assert_int_equal(gguf_writer_begin(w, path), MOLE_OK);
+  assert_int_equal(gguf_writer_finish(w), MOLE_OK);
+  gguf_writer_free(w);
+  assert_int_equal(gguf_open(path, &f), MOLE_OK);
+  assert_int_equal(tok_load(f, &v), MOLE_ERR_NOT_FOUND);
+  gguf_close(f);
+  unlink(path);
+  close_vocab(g);
+}
+
+// Everything goes through mole_malloc (PCRE2 included) and comes back.
+static void test_memory(void **state) {
+  (void)state;
+  size_t base = mole_mem_current();
+  for (int k = 0; k < N_VOCABS; k++) {
+    vocab_h h = open_vocab(k_vocabs[k]);
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    const char *s = "Hello <|endoftext|> world \xff\xfe 123";
+    assert_int_equal(tok_encode(h.v, s, strlen(s), true, true, &ids, &n), MOLE_OK);
+    char *text = NULL;
+    size_t tn = 0;
+    assert_int_equal(tok_decode(h.v, ids, n, TOK_DECODE_LLAMA, &text, &tn), MOLE_OK);
+    mole_free(text);
+    mole_free(ids);
+    assert_int_equal(tok_encode(h.v, s, TOK_MAX_TEXT + 1, false, false, &ids, &n), MOLE_ERR_ARG);
+    close_vocab(h);
+  }
+  assert_int_equal(mole_mem_current(), base);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_vectors),        cmocka_unit_test(test_vocab_facts),
+      cmocka_unit_test(test_special_tokens), cmocka_unit_test(test_pre_tokenizers),
+      cmocka_unit_test(test_pre_splits),     cmocka_unit_test(test_fuzz),
+      cmocka_unit_test(test_long_inputs),    cmocka_unit_test(test_load_errors),
+      cmocka_unit_test(test_memory),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
