@@ -307,8 +307,10 @@ static void vec_dot_q4_K(int64_t n, float *restrict s, const void *restrict vx, 
   const __m256i m4 = _mm256_set1_epi8(15);
   __m256 acc = _mm256_setzero_ps(), accm = acc;
   for (int64_t b = 0; b < n / QK_K; b++) {
-    uint8_t sc[8], mn[8];
-    for (int g = 0; g < 8; g++) qi_scale_min_k4(g, x[b].scales, &sc[g], &mn[g]);
+    uint64_t sc8, mn8;
+    qi_k4_scales(x[b].scales, &sc8, &mn8);
+    int sc[8];
+    for (int g = 0; g < 8; g++) sc[g] = (int)((sc8 >> (8 * g)) & 0xff);
     __m256i si = _mm256_setzero_si256();
     for (int c = 0; c < 4; c++) {
       __m256i q = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * c));
@@ -317,7 +319,7 @@ static void vec_dot_q4_K(int64_t n, float *restrict s, const void *restrict vx, 
       si = _mm256_add_epi32(si, dot_sc(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), q8 + 32, sc[2 * c + 1],
                                        sc[2 * c + 1]));
     }
-    __m128i m8 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
+    __m128i m8 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn8));
     __m256i m16 = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
     __m256i mins = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)y[b].bsums));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(y[b].d * f16(x[b].d)), acc);
@@ -332,8 +334,10 @@ static void vec_dot_q5_K(int64_t n, float *restrict s, const void *restrict vx, 
   const __m256i m4 = _mm256_set1_epi8(15), k16 = _mm256_set1_epi8(16);
   __m256 acc = _mm256_setzero_ps(), accm = acc;
   for (int64_t b = 0; b < n / QK_K; b++) {
-    uint8_t sc[8], mn[8];
-    for (int g = 0; g < 8; g++) qi_scale_min_k4(g, x[b].scales, &sc[g], &mn[g]);
+    uint64_t sc8, mn8;
+    qi_k4_scales(x[b].scales, &sc8, &mn8);
+    int sc[8];
+    for (int g = 0; g < 8; g++) sc[g] = (int)((sc8 >> (8 * g)) & 0xff);
     __m256i qh = _mm256_loadu_si256((const __m256i *)x[b].qh), si = _mm256_setzero_si256();
     for (int c = 0; c < 4; c++) {
       __m256i q = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * c));
@@ -346,7 +350,7 @@ static void vec_dot_q5_K(int64_t n, float *restrict s, const void *restrict vx, 
       si = _mm256_add_epi32(si, dot_sc(lo, q8, sc[2 * c], sc[2 * c]));
       si = _mm256_add_epi32(si, dot_sc(hi, q8 + 32, sc[2 * c + 1], sc[2 * c + 1]));
     }
-    __m128i m8 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
+    __m128i m8 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn8));
     __m256i m16 = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
     __m256i mins = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)y[b].bsums));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(y[b].d * f16(x[b].d)), acc);
@@ -356,8 +360,19 @@ static void vec_dot_q5_K(int64_t n, float *restrict s, const void *restrict vx, 
 }
 
 // sum over groups of scale * bsum (16 groups, int16 scales)
-static inline __m256i scale_bsums(const int16_t *sc16, const blk_q8_K *y) {
-  return _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)sc16), _mm256_loadu_si256((const __m256i *)y->bsums));
+static inline __m256i scale_bsums(__m256i sc16, const blk_q8_K *y) {
+  return _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y->bsums));
+}
+
+// The 16 scales + 32 (0..63) of a q3_K block as bytes.
+static inline __m128i q3k_scales(const uint8_t *s12) {
+  uint32_t a[3];
+  memcpy(a, s12, 12);
+  const __m128i av = _mm_setr_epi32((int)a[0], (int)a[1], (int)a[0], (int)a[1]);
+  const __m128i tv = _mm_set1_epi32((int)a[2]);
+  __m128i lo = _mm_and_si128(_mm_srlv_epi32(av, _mm_setr_epi32(0, 0, 4, 4)), _mm_set1_epi8(15));
+  __m128i hi = _mm_and_si128(_mm_srlv_epi32(tv, _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
+  return _mm_or_si128(lo, _mm_slli_epi32(hi, 4));
 }
 
 static void vec_dot_q6_K(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
@@ -366,9 +381,9 @@ static void vec_dot_q6_K(int64_t n, float *restrict s, const void *restrict vx, 
   const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / QK_K; b++) {
-    int16_t sc[16];
-    for (int g = 0; g < 16; g++) sc[g] = x[b].scales[g];
-    __m256i si = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(scale_bsums(sc, &y[b]), 5));
+    const int8_t *sc = x[b].scales;
+    __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+    __m256i si = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(scale_bsums(sc16, &y[b]), 5));
     for (int h = 0; h < 2; h++) {
       __m256i l0 = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * h));
       __m256i l1 = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * h + 32));
@@ -397,8 +412,8 @@ static void vec_dot_q2_K(int64_t n, float *restrict s, const void *restrict vx, 
   const __m256i m3 = _mm256_set1_epi8(3);
   __m256 acc = _mm256_setzero_ps(), accm = acc;
   for (int64_t b = 0; b < n / QK_K; b++) {
-    int16_t mn[16];
-    for (int g = 0; g < 16; g++) mn[g] = x[b].scales[g] >> 4;
+    __m128i s8 = _mm_loadu_si128((const __m128i *)x[b].scales);
+    __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), _mm_set1_epi8(15)));
     __m256i si = _mm256_setzero_si256();
     for (int h = 0; h < 2; h++) {
       __m256i qs = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h));
@@ -409,7 +424,7 @@ static void vec_dot_q2_K(int64_t n, float *restrict s, const void *restrict vx, 
       }
     }
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(y[b].d * f16(x[b].d)), acc);
-    accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(scale_bsums(mn, &y[b])), _mm256_set1_ps(y[b].d * f16(x[b].dmin)), accm);
+    accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(scale_bsums(mn16, &y[b])), _mm256_set1_ps(y[b].d * f16(x[b].dmin)), accm);
   }
   *s = finish_k(acc, accm);
 }
@@ -420,11 +435,11 @@ static void vec_dot_q3_K(int64_t n, float *restrict s, const void *restrict vx, 
   const __m256i m3 = _mm256_set1_epi8(3), k4 = _mm256_set1_epi8(4);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / QK_K; b++) {
-    int8_t s8[16];
-    int16_t sc[16];
-    qi_scales_q3k(x[b].scales, s8);
-    for (int g = 0; g < 16; g++) sc[g] = s8[g];
-    __m256i si = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(scale_bsums(sc, &y[b]), 2));
+    __m128i sv = q3k_scales(x[b].scales);
+    uint8_t s8[16];
+    _mm_storeu_si128((__m128i *)s8, sv);
+    __m256i sc16 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(sv), _mm256_set1_epi16(32));
+    __m256i si = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(scale_bsums(sc16, &y[b]), 2));
     __m256i hm = _mm256_loadu_si256((const __m256i *)x[b].hmask);
     for (int h = 0; h < 2; h++) {
       __m256i qs = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h));
@@ -433,7 +448,7 @@ static void vec_dot_q3_K(int64_t n, float *restrict s, const void *restrict vx, 
         __m256i bit = _mm256_set1_epi8((char)(1 << (4 * h + j)));
         __m256i q = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * j), m3);
         q = _mm256_or_si256(q, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), k4));
-        si = _mm256_add_epi32(si, dot_sc(q, y[b].qs + 128 * h + 32 * j, sc[g], sc[g + 1]));
+        si = _mm256_add_epi32(si, dot_sc(q, y[b].qs + 128 * h + 32 * j, s8[g] - 32, s8[g + 1] - 32));
       }
     }
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(y[b].d * f16(x[b].d)), acc);

@@ -312,11 +312,18 @@ static void vec_dot_q5_1(int64_t n, float *restrict s, const void *restrict vx, 
 // activations gives int16 pair sums, and dpwssd multiplies those by the int16
 // group scales into int32, so a super-block needs one float conversion.
 
-// 32 int16 lanes: lanes 8L..8L+7 (128-bit lane L) take word g[L] of src.
-static inline __m512i spread4(__m512i src, int g0, int g1, int g2, int g3) {
-  const __m512i idx = _mm512_set_epi16(g3, g3, g3, g3, g3, g3, g3, g3, g2, g2, g2, g2, g2, g2, g2, g2, g1, g1, g1, g1, g1,
-                                       g1, g1, g1, g0, g0, g0, g0, g0, g0, g0, g0);
-  return _mm512_permutexvar_epi16(idx, src);
+// Index tables for spread(): 32 int16 lanes, lanes 8L..8L+7 (128-bit lane
+// L) take word g[L] of the source.
+#define R8(x) x, x, x, x, x, x, x, x
+#define SP4(a, b, c, d) {R8(a), R8(b), R8(c), R8(d)}
+static const int16_t k_sp_k4[4][32] = {SP4(0, 0, 2, 2), SP4(1, 1, 3, 3), SP4(4, 4, 6, 6), SP4(5, 5, 7, 7)};
+static const int16_t k_sp_k6[4][32] = {SP4(0, 1, 2, 3), SP4(4, 5, 6, 7), SP4(8, 9, 10, 11), SP4(12, 13, 14, 15)};
+static const int16_t k_sp_k2[4][32] = {SP4(0, 1, 8, 9), SP4(2, 3, 10, 11), SP4(4, 5, 12, 13), SP4(6, 7, 14, 15)};
+#undef SP4
+#undef R8
+
+static inline __m512i spread(__m512i src, const int16_t idx[32]) {
+  return _mm512_permutexvar_epi16(_mm512_loadu_si512(idx), src);
 }
 
 static inline __m512i dot_sc(__m512i acc, __m512i q, __m512i y, __m512i sc) {
@@ -339,10 +346,10 @@ static inline __m512i k4_dot(__m512i lo0, __m512i hi0, __m512i lo1, __m512i hi1,
   const int8_t *q8 = y->qs;
   __m512i y0 = _mm512_loadu_si512(q8), y1 = _mm512_loadu_si512(q8 + 64);
   __m512i y2 = _mm512_loadu_si512(q8 + 128), y3 = _mm512_loadu_si512(q8 + 192);
-  __m512i acc = dot_sc(_mm512_setzero_si512(), lo0, _mm512_shuffle_i64x2(y0, y1, 0x44), spread4(s, 0, 0, 2, 2));
-  acc = dot_sc(acc, hi0, _mm512_shuffle_i64x2(y0, y1, 0xEE), spread4(s, 1, 1, 3, 3));
-  acc = dot_sc(acc, lo1, _mm512_shuffle_i64x2(y2, y3, 0x44), spread4(s, 4, 4, 6, 6));
-  acc = dot_sc(acc, hi1, _mm512_shuffle_i64x2(y2, y3, 0xEE), spread4(s, 5, 5, 7, 7));
+  __m512i acc = dot_sc(_mm512_setzero_si512(), lo0, _mm512_shuffle_i64x2(y0, y1, 0x44), spread(s, k_sp_k4[0]));
+  acc = dot_sc(acc, hi0, _mm512_shuffle_i64x2(y0, y1, 0xEE), spread(s, k_sp_k4[1]));
+  acc = dot_sc(acc, lo1, _mm512_shuffle_i64x2(y2, y3, 0x44), spread(s, k_sp_k4[2]));
+  acc = dot_sc(acc, hi1, _mm512_shuffle_i64x2(y2, y3, 0xEE), spread(s, k_sp_k4[3]));
   __m128i m8 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn));
   __m256i m16 = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
   *mins = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)y->bsums));
@@ -357,7 +364,7 @@ static void vec_dot_q4_K(int64_t n, float *restrict s, const void *restrict vx, 
   __m256 accm = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / QK_K; b++) {
     uint64_t sc, mn;
-    k4_scales(x[b].scales, &sc, &mn);
+    qi_k4_scales(x[b].scales, &sc, &mn);
     __m512i q0 = _mm512_loadu_si512(x[b].qs), q1 = _mm512_loadu_si512(x[b].qs + 64);
     __m512i lo0 = _mm512_and_si512(q0, m4), hi0 = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
     __m512i lo1 = _mm512_and_si512(q1, m4), hi1 = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
@@ -382,7 +389,7 @@ static void vec_dot_q5_K(int64_t n, float *restrict s, const void *restrict vx, 
   __m256 accm = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / QK_K; b++) {
     uint64_t sc, mn;
-    k4_scales(x[b].scales, &sc, &mn);
+    qi_k4_scales(x[b].scales, &sc, &mn);
     __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[b].qh));
     __m512i q0 = _mm512_loadu_si512(x[b].qs), q1 = _mm512_loadu_si512(x[b].qs + 64);
     __m512i lo0 = _mm512_and_si512(q0, m4), hi0 = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
@@ -419,16 +426,15 @@ static void vec_dot_q6_K(int64_t n, float *restrict s, const void *restrict vx, 
     __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
     __m512i sc = _mm512_castsi256_si512(sc16);
     __m512i si = _mm512_sub_epi32(_mm512_setzero_si512(), group_offset(sc16, &y[b], 5));
-    for (int h = 0; h < 2; h++) {
+    QI_UNROLL for (int h = 0; h < 2; h++) {
       __m512i ql = _mm512_loadu_si512(x[b].ql + 64 * h);
       __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * h)));
       __m512i qa = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, sh_a), m30));
       __m512i qb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
                                    _mm512_and_si512(_mm512_srlv_epi16(qh, sh_b), m30));
       const int8_t *q8 = y[b].qs + 128 * h;
-      int g = 8 * h;
-      si = dot_sc(si, qa, _mm512_loadu_si512(q8), spread4(sc, g, g + 1, g + 2, g + 3));
-      si = dot_sc(si, qb, _mm512_loadu_si512(q8 + 64), spread4(sc, g + 4, g + 5, g + 6, g + 7));
+      si = dot_sc(si, qa, _mm512_loadu_si512(q8), spread(sc, k_sp_k6[2 * h]));
+      si = dot_sc(si, qb, _mm512_loadu_si512(q8 + 64), spread(sc, k_sp_k6[2 * h + 1]));
     }
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_set1_ps(y[b].d * f16(x[b].d)), acc);
   }
@@ -438,9 +444,9 @@ static void vec_dot_q6_K(int64_t n, float *restrict s, const void *restrict vx, 
 // q2_K and q3_K: codes (qs >> 2j) & 3 of both 128-halves in one register
 // (bytes 0..31: elements 32j.., bytes 32..63: 128+32j..); group scales sc16.
 static inline __m512i k2_dot(__m512i acc, const __m512i q[4], const blk_q8_K *y, __m512i sc) {
-  for (int j = 0; j < 4; j++) {
+  QI_UNROLL for (int j = 0; j < 4; j++) {
     __m512i yv = ld2x256(y->qs + 32 * j, y->qs + 128 + 32 * j);
-    acc = dot_sc(acc, q[j], yv, spread4(sc, 2 * j, 2 * j + 1, 8 + 2 * j, 9 + 2 * j));
+    acc = dot_sc(acc, q[j], yv, spread(sc, k_sp_k2[j]));
   }
   return acc;
 }
@@ -457,7 +463,7 @@ static void vec_dot_q2_K(int64_t n, float *restrict s, const void *restrict vx, 
     __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(s8, m4));
     __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), m4));
     __m512i qs = _mm512_loadu_si512(x[b].qs), q[4];
-    for (int j = 0; j < 4; j++) q[j] = _mm512_and_si512(_mm512_srli_epi16(qs, 2 * j), m3);
+    QI_UNROLL for (int j = 0; j < 4; j++) q[j] = _mm512_and_si512(_mm512_srli_epi16(qs, 2 * j), m3);
     __m512i si = k2_dot(_mm512_setzero_si512(), q, &y[b], _mm512_castsi256_si512(sc16));
     __m256i mins = _mm256_madd_epi16(mn16, _mm256_loadu_si256((const __m256i *)y[b].bsums));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_set1_ps(y[b].d * f16(x[b].d)), acc);
@@ -473,17 +479,15 @@ static void vec_dot_q3_K(int64_t n, float *restrict s, const void *restrict vx, 
   const blk_q3_K *x = vx;
   const blk_q8_K *y = vy;
   const __m512i m3 = _mm512_set1_epi8(3), k4 = _mm512_set1_epi8(4);
+  const __m512i hb[4] = {bytes2(0x01, 0x10), bytes2(0x02, 0x20), bytes2(0x04, 0x40), bytes2(0x08, 0x80)};
   __m512 acc = _mm512_setzero_ps();
   for (int64_t b = 0; b < n / QK_K; b++) {
-    int8_t sc8[16];
-    qi_scales_q3k(x[b].scales, sc8);
-    __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc8));
+    __m256i sc16 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(q3k_scales(x[b].scales)), _mm256_set1_epi16(32));
     __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[b].hmask));
     __m512i qs = _mm512_loadu_si512(x[b].qs), q[4];
-    for (int j = 0; j < 4; j++) {
+    QI_UNROLL for (int j = 0; j < 4; j++) {
       q[j] = _mm512_and_si512(_mm512_srli_epi16(qs, 2 * j), m3);
-      __mmask64 h = _mm512_test_epi8_mask(hm, bytes2((uint8_t)(1 << j), (uint8_t)(1 << (4 + j))));
-      q[j] = _mm512_mask_add_epi8(q[j], h, q[j], k4);  // code + 4, 0..7
+      q[j] = _mm512_mask_add_epi8(q[j], _mm512_test_epi8_mask(hm, hb[j]), q[j], k4);  // code + 4, 0..7
     }
     __m512i si = _mm512_sub_epi32(_mm512_setzero_si512(), group_offset(sc16, &y[b], 2));
     si = k2_dot(si, q, &y[b], _mm512_castsi256_si512(sc16));

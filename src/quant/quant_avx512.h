@@ -7,6 +7,9 @@
 
 #include "quant/quant_internal.h"
 
+// full unroll of the small constant loops of register tiles (gcc and clang)
+#define QI_UNROLL _Pragma("GCC unroll 8")
+
 static inline float f16(uint16_t h) { return _cvtsh_ss(h); }
 
 // 4 x 16 bytes at p, p + stride, ... as the 4 lanes of a register.
@@ -39,7 +42,8 @@ static inline __m512 f16x4(const void *p, int stride) {
                        : _mm512_setzero_si512();
   const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3 * s, 3 * s, 3 * s, 3 * s,
                                        2 * s, 2 * s, 2 * s, 2 * s, s, s, s, s, 0, 0, 0, 0);
-  return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(lo, idx, hi)));
+  __m512i h = nw > 32 ? _mm512_permutex2var_epi16(lo, idx, hi) : _mm512_permutexvar_epi16(idx, lo);
+  return _mm512_cvtph_ps(_mm512_castsi512_si256(h));
 }
 
 static inline __m512i dot2(__m512i a, __m512i ya, __m512i b, __m512i yb) {
@@ -64,15 +68,15 @@ static inline __m512i bytes2(uint8_t a, uint8_t b) {
   return _mm512_inserti64x4(_mm512_set1_epi8((char)a), _mm256_set1_epi8((char)b), 1);
 }
 
-// 8 scales and 8 mins of a q4_K/q5_K block (6 bits each)
-static inline void k4_scales(const uint8_t *p, uint64_t *sc, uint64_t *mn) {
-  uint32_t u[3];
-  memcpy(u, p, 12);
-  uint32_t s_lo = u[0] & 0x3f3f3f3f, m_lo = u[1] & 0x3f3f3f3f;
-  uint32_t s_hi = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
-  uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
-  *sc = s_lo | (uint64_t)s_hi << 32;
-  *mn = m_lo | (uint64_t)m_hi << 32;
-}
 
+// The 16 scales + 32 (0..63) of a q3_K block as bytes.
+static inline __m128i q3k_scales(const uint8_t *s12) {
+  uint32_t a[3];
+  memcpy(a, s12, 12);
+  const __m128i av = _mm_setr_epi32((int)a[0], (int)a[1], (int)a[0], (int)a[1]);
+  const __m128i tv = _mm_set1_epi32((int)a[2]);
+  __m128i lo = _mm_and_si128(_mm_srlv_epi32(av, _mm_setr_epi32(0, 0, 4, 4)), _mm_set1_epi8(15));
+  __m128i hi = _mm_and_si128(_mm_srlv_epi32(tv, _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
+  return _mm_or_si128(lo, _mm_slli_epi32(hi, 4));
+}
 #endif

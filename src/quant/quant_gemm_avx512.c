@@ -1,5 +1,6 @@
 // quant_gemm_avx512: the prefill matmul Y[j][i] = dot(W_i, X_j) with 4-row x
-// 4-token register tiles and VNNI, for the integer weight types.
+// 4-token register tiles: VNNI for the integer weight types, FMA / dpbf16
+// for f32, f16, bf16.
 //
 // Both operands are repacked (per thread scratch) so that the inner loop is
 // only dpbusd + convert + fma:
@@ -214,80 +215,70 @@ static void gemm_a(quant_type wt, const fam_a *f, const char *W, size_t wstride,
 // Packed super-block: codes[256] | sc[4][16] (lane L of vector v: scale of
 // group 4v+L) | mn[16] (float per group).
 
-static inline void put_k(char *dst, __m512i q0, __m512i q1, __m512i q2, __m512i q3, const float sc[16],
-                         const float mn[16]) {
+static inline void put_k(char *dst, __m512i q0, __m512i q1, __m512i q2, __m512i q3, __m512 sc, __m512 mn) {
+  static const int32_t idx[4][16] = {{0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3},
+                                     {4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7},
+                                     {8, 8, 8, 8, 9, 9, 9, 9, 10, 10, 10, 10, 11, 11, 11, 11},
+                                     {12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15}};
   _mm512_storeu_si512(dst, q0);
   _mm512_storeu_si512(dst + 64, q1);
   _mm512_storeu_si512(dst + 128, q2);
   _mm512_storeu_si512(dst + 192, q3);
-  __m512 s = _mm512_loadu_ps(sc);
-  for (int v = 0; v < 4; v++) {
-    const __m512i idx = _mm512_set_epi32(4 * v + 3, 4 * v + 3, 4 * v + 3, 4 * v + 3, 4 * v + 2, 4 * v + 2, 4 * v + 2,
-                                         4 * v + 2, 4 * v + 1, 4 * v + 1, 4 * v + 1, 4 * v + 1, 4 * v, 4 * v, 4 * v,
-                                         4 * v);
-    _mm512_storeu_ps(dst + 256 + 64 * v, _mm512_permutexvar_ps(idx, s));
-  }
-  _mm512_storeu_ps(dst + 512, _mm512_loadu_ps(mn));
+  QI_UNROLL for (int v = 0; v < 4; v++)
+    _mm512_storeu_ps(dst + 256 + 64 * v, _mm512_permutexvar_ps(_mm512_loadu_si512(idx[v]), sc));
+  _mm512_storeu_ps(dst + 512, mn);
 }
 
 static inline __m512i cat256(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
 
-static void pack_k_q4(const blk_q4_K *x, char *dst) {
-  uint64_t sc8, mn8;
-  k4_scales(x->scales, &sc8, &mn8);
-  float d = f16(x->d), dm = f16(x->dmin), sc[16], mn[16];
-  for (int g = 0; g < 16; g++) {
-    sc[g] = d * (float)((sc8 >> (8 * (g / 2))) & 0xff);
-    mn[g] = dm * (float)((mn8 >> (8 * (g / 2))) & 0xff);
-  }
+// 8 byte values (one per 32-group) as 16 floats (one per 16-group) times d
+static inline __m512 per16_of8(uint64_t b8, float d) {
+  __m128i v = _mm_cvtsi64_si128((long long)b8);
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(v, v))), _mm512_set1_ps(d));
+}
+
+static inline void k4_codes(const uint8_t *qs, __m512i q[4]) {
   const __m256i m4 = _mm256_set1_epi8(15);
-  __m512i q[4];
-  for (int v = 0; v < 4; v++) {
-    __m256i b = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * v));
+  QI_UNROLL for (int v = 0; v < 4; v++) {
+    __m256i b = _mm256_loadu_si256((const __m256i *)(qs + 32 * v));
     q[v] = cat256(_mm256_and_si256(b, m4), _mm256_and_si256(_mm256_srli_epi16(b, 4), m4));
   }
-  put_k(dst, q[0], q[1], q[2], q[3], sc, mn);
+}
+
+static void pack_k_q4(const blk_q4_K *x, char *dst) {
+  uint64_t sc8, mn8;
+  qi_k4_scales(x->scales, &sc8, &mn8);
+  __m512i q[4];
+  k4_codes(x->qs, q);
+  put_k(dst, q[0], q[1], q[2], q[3], per16_of8(sc8, f16(x->d)), per16_of8(mn8, f16(x->dmin)));
 }
 
 static void pack_k_q5(const blk_q5_K *x, char *dst) {
   uint64_t sc8, mn8;
-  k4_scales(x->scales, &sc8, &mn8);
-  float d = f16(x->d), dm = f16(x->dmin), sc[16], mn[16];
-  for (int g = 0; g < 16; g++) {
-    sc[g] = d * (float)((sc8 >> (8 * (g / 2))) & 0xff);
-    mn[g] = dm * (float)((mn8 >> (8 * (g / 2))) & 0xff);
-  }
-  const __m256i m4 = _mm256_set1_epi8(15);
+  qi_k4_scales(x->scales, &sc8, &mn8);
   const __m512i k16 = _mm512_set1_epi8(16);
-  __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x->qh));
-  __m512i q[4];
-  for (int v = 0; v < 4; v++) {
-    __m256i b = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * v));
-    q[v] = cat256(_mm256_and_si256(b, m4), _mm256_and_si256(_mm256_srli_epi16(b, 4), m4));
-    __mmask64 h = _mm512_test_epi8_mask(qh, bytes2((uint8_t)(1 << (2 * v)), (uint8_t)(2 << (2 * v))));
-    q[v] = _mm512_mask_add_epi8(q[v], h, q[v], k16);
-  }
-  put_k(dst, q[0], q[1], q[2], q[3], sc, mn);
+  const __m512i hb[4] = {bytes2(0x01, 0x02), bytes2(0x04, 0x08), bytes2(0x10, 0x20), bytes2(0x40, 0x80)};
+  __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x->qh)), q[4];
+  k4_codes(x->qs, q);
+  QI_UNROLL for (int v = 0; v < 4; v++) q[v] = _mm512_mask_add_epi8(q[v], _mm512_test_epi8_mask(qh, hb[v]), q[v], k16);
+  put_k(dst, q[0], q[1], q[2], q[3], per16_of8(sc8, f16(x->d)), per16_of8(mn8, f16(x->dmin)));
 }
 
 static void pack_k_q6(const blk_q6_K *x, char *dst) {
-  float d = f16(x->d), sc[16], mn[16];
-  for (int g = 0; g < 16; g++) {
-    sc[g] = d * x->scales[g];
-    mn[g] = 32 * sc[g];
-  }
+  __m512 sc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x->scales))),
+                            _mm512_set1_ps(f16(x->d)));
   const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);
   const __m512i sh_a = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
   const __m512i sh_b = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
   __m512i q[4];
-  for (int h = 0; h < 2; h++) {
+  QI_UNROLL for (int h = 0; h < 2; h++) {
     __m512i ql = _mm512_loadu_si512(x->ql + 64 * h);
     __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qh + 32 * h)));
     q[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, sh_a), m30));
     q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
                                    _mm512_and_si512(_mm512_srlv_epi16(qh, sh_b), m30));
   }
-  put_k(dst, q[0], q[1], q[2], q[3], sc, mn);
+  put_k(dst, q[0], q[1], q[2], q[3], sc, _mm512_mul_ps(sc, _mm512_set1_ps(32)));
 }
 
 // q2_K/q3_K codes of vector v (elements 64v..64v+63): half h = v/2, shifts j0, j0+1
@@ -300,31 +291,25 @@ static inline __m512i k2_codes(const uint8_t *qs, int v) {
 }
 
 static void pack_k_q2(const blk_q2_K *x, char *dst) {
-  float d = f16(x->d), dm = f16(x->dmin), sc[16], mn[16];
-  for (int g = 0; g < 16; g++) {
-    sc[g] = d * (x->scales[g] & 15);
-    mn[g] = dm * (x->scales[g] >> 4);
-  }
+  __m128i b = _mm_loadu_si128((const __m128i *)x->scales);
+  const __m128i m4 = _mm_set1_epi8(15);
+  __m512 sc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(b, m4))), _mm512_set1_ps(f16(x->d)));
+  __m512 mn = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(b, 4), m4))),
+                            _mm512_set1_ps(f16(x->dmin)));
   put_k(dst, k2_codes(x->qs, 0), k2_codes(x->qs, 1), k2_codes(x->qs, 2), k2_codes(x->qs, 3), sc, mn);
 }
 
 static void pack_k_q3(const blk_q3_K *x, char *dst) {
-  int8_t s8[16];
-  qi_scales_q3k(x->scales, s8);
-  float d = f16(x->d), sc[16], mn[16];
-  for (int g = 0; g < 16; g++) {
-    sc[g] = d * s8[g];
-    mn[g] = 4 * sc[g];
-  }
+  __m512i s = _mm512_sub_epi32(_mm512_cvtepu8_epi32(q3k_scales(x->scales)), _mm512_set1_epi32(32));
+  __m512 sc = _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(f16(x->d)));
   const __m512i k4 = _mm512_set1_epi8(4);
+  const __m512i hb[4] = {bytes2(0x01, 0x02), bytes2(0x04, 0x08), bytes2(0x10, 0x20), bytes2(0x40, 0x80)};
   __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x->hmask)), q[4];
-  for (int v = 0; v < 4; v++) {
-    int h = v / 2, j0 = 2 * (v % 2);
+  QI_UNROLL for (int v = 0; v < 4; v++) {
     q[v] = k2_codes(x->qs, v);
-    __mmask64 m = _mm512_test_epi8_mask(hm, bytes2((uint8_t)(1 << (4 * h + j0)), (uint8_t)(1 << (4 * h + j0 + 1))));
-    q[v] = _mm512_mask_add_epi8(q[v], m, q[v], k4);
+    q[v] = _mm512_mask_add_epi8(q[v], _mm512_test_epi8_mask(hm, hb[v]), q[v], k4);
   }
-  put_k(dst, q[0], q[1], q[2], q[3], sc, mn);
+  put_k(dst, q[0], q[1], q[2], q[3], sc, _mm512_mul_ps(sc, _mm512_set1_ps(4)));
 }
 
 static void pack_k_row(quant_type t, const char *row, int64_t sb0, int64_t nsb, char *dst) {
@@ -396,6 +381,106 @@ static void gemm_k(quant_type wt, const char *W, size_t wstride, const char *X, 
   }
 }
 
+// ---- float types -------------------------------------------------------------------------
+// f32/f16/bf16 weights and activations of the same type. bf16 uses dpbf16
+// on the raw rows (pairs of elements); f16 activations are widened to f32
+// once per chunk, weights once per use by 4 tokens.
+
+enum { F_KC = 2048, F_TC = 64 };
+
+static inline __mmask16 fmask16(int64_t r) { return _cvtu32_mask16(r >= 16 ? 0xffff : (1u << r) - 1); }
+
+static inline __m512 ld_w(quant_type t, const char *row, int64_t e, int64_t k) {
+  __mmask16 m = fmask16(k - e);
+  if (t == QT_F32) return _mm512_maskz_loadu_ps(m, (const float *)row + e);
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + e));
+}
+
+// f32/f16: w[r] rows (type t), x[t] f32 rows, elements [0, n)
+static inline __attribute__((always_inline)) void kern_f(quant_type t, const char *const w[TR],
+                                                         const float *const x[TT], int64_t n, __m512 acc[TT][TR]) {
+  __m512 a[TT][TR];
+  QI_UNROLL for (int j = 0; j < TT; j++) QI_UNROLL for (int r = 0; r < TR; r++) a[j][r] = _mm512_setzero_ps();
+  for (int64_t e = 0; e < n; e += 16) {
+    __mmask16 m = fmask16(n - e);
+    __m512 xv[TT];
+    QI_UNROLL for (int j = 0; j < TT; j++) xv[j] = _mm512_maskz_loadu_ps(m, x[j] + e);
+    QI_UNROLL for (int r = 0; r < TR; r++) {
+      __m512 wv = ld_w(t, w[r], e, n);
+      QI_UNROLL for (int j = 0; j < TT; j++) a[j][r] = _mm512_fmadd_ps(wv, xv[j], a[j][r]);
+    }
+  }
+  QI_UNROLL for (int j = 0; j < TT; j++) QI_UNROLL for (int r = 0; r < TR; r++) acc[j][r] = a[j][r];
+}
+
+static void __attribute__((noinline)) kern_f32(const char *const w[TR], const float *const x[TT], int64_t n,
+                                               __m512 acc[TT][TR]) {
+  kern_f(QT_F32, w, x, n, acc);
+}
+static void __attribute__((noinline)) kern_f16(const char *const w[TR], const float *const x[TT], int64_t n,
+                                               __m512 acc[TT][TR]) {
+  kern_f(QT_F16, w, x, n, acc);
+}
+
+static void __attribute__((noinline)) kern_bf16(const uint16_t *const w[TR], const uint16_t *const x[TT], int64_t n,
+                                                __m512 acc[TT][TR]) {
+  __m512 a[TT][TR];
+  QI_UNROLL for (int j = 0; j < TT; j++) QI_UNROLL for (int r = 0; r < TR; r++) a[j][r] = _mm512_setzero_ps();
+  for (int64_t e = 0; e < n; e += 32) {
+    int64_t rem = MOLE_MIN(n - e, 32);
+    __mmask32 m = _cvtu32_mask32((uint32_t)((1ull << rem) - 1));
+    __m512i xv[TT];
+    QI_UNROLL for (int j = 0; j < TT; j++) xv[j] = _mm512_maskz_loadu_epi16(m, x[j] + e);
+    QI_UNROLL for (int r = 0; r < TR; r++) {
+      __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(m, w[r] + e);
+      QI_UNROLL for (int j = 0; j < TT; j++) a[j][r] = _mm512_dpbf16_ps(a[j][r], wv, (__m512bh)xv[j]);
+    }
+  }
+  QI_UNROLL for (int j = 0; j < TT; j++) QI_UNROLL for (int r = 0; r < TR; r++) acc[j][r] = a[j][r];
+}
+
+static void gemm_f(quant_type wt, const char *W, size_t wstride, const char *X, size_t xstride, float *Y, int64_t ldy,
+                   int64_t i0, int64_t i1, int64_t n_tok, int64_t k) {
+  const size_t es = wt == QT_F32 ? 4 : 2;
+  float *xf = NULL;
+  if (wt == QT_F16) xf = quant_scratch((size_t)MOLE_MIN(n_tok, (int64_t)F_TC) * MOLE_MIN(k, (int64_t)F_KC) * 4);
+  for (int64_t j0 = 0; j0 < n_tok; j0 += F_TC) {
+    const int64_t nt = MOLE_MIN((int64_t)F_TC, n_tok - j0);
+    for (int64_t e0 = 0; e0 < k; e0 += F_KC) {
+      const int64_t n = MOLE_MIN((int64_t)F_KC, k - e0);
+      if (xf)
+        for (int64_t j = 0; j < nt; j++)
+          quant_traits_of(QT_F16)->to_float((const uint16_t *)(X + (j0 + j) * xstride) + e0, xf + j * n, n);
+      for (int64_t i = i0; i < i1; i += TR) {
+        const int nr = (int)MOLE_MIN((int64_t)TR, i1 - i);
+        const char *w[TR];
+        for (int r = 0; r < TR; r++) w[r] = W + (i + MOLE_MIN(r, nr - 1)) * wstride + e0 * es;
+        for (int64_t j = 0; j < nt; j += TT) {
+          const int ntt = (int)MOLE_MIN((int64_t)TT, nt - j);
+          __m512 acc[TT][TR];
+          if (wt == QT_BF16) {
+            const uint16_t *x[TT], *wb[TR];
+            for (int t = 0; t < TT; t++)
+              x[t] = (const uint16_t *)(X + (j0 + j + MOLE_MIN(t, ntt - 1)) * xstride) + e0;
+            for (int r = 0; r < TR; r++) wb[r] = (const uint16_t *)w[r];
+            kern_bf16(wb, x, n, acc);
+          } else {
+            const float *x[TT];
+            for (int t = 0; t < TT; t++)
+              x[t] = xf ? xf + (j + MOLE_MIN(t, ntt - 1)) * n
+                        : (const float *)(X + (j0 + j + MOLE_MIN(t, ntt - 1)) * xstride) + e0;
+            if (wt == QT_F32)
+              kern_f32(w, x, n, acc);
+            else
+              kern_f16(w, x, n, acc);
+          }
+          store_tile(acc, Y, ldy, i, j0 + j, nr, ntt, e0 > 0);
+        }
+      }
+    }
+  }
+}
+
 bool quant_gemm_avx512(quant_type wt, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
                        int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k) {
   if (n_tok < 2) return false;  // decode: vec_dot streams the rows once
@@ -407,6 +492,9 @@ bool quant_gemm_avx512(quant_type wt, const void *W, size_t wstride, const void 
   switch (wt) {
     case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: case QT_Q2_K: case QT_Q3_K:
       gemm_k(wt, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k);
+      return true;
+    case QT_F32: case QT_F16: case QT_BF16:
+      gemm_f(wt, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k);
       return true;
     default: return false;
   }

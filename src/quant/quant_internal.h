@@ -132,6 +132,17 @@ static inline void qi_scales_q3k(const uint8_t *s12, int8_t out[16]) {
   }
 }
 
+// 8 scales and 8 mins of a q4_K/q5_K block as bytes of two words.
+static inline void qi_k4_scales(const uint8_t *p, uint64_t *sc, uint64_t *mn) {
+  uint32_t u[3];
+  memcpy(u, p, 12);
+  uint32_t s_lo = u[0] & 0x3f3f3f3f, m_lo = u[1] & 0x3f3f3f3f;
+  uint32_t s_hi = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+  uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+  *sc = s_lo | (uint64_t)s_hi << 32;
+  *mn = m_lo | (uint64_t)m_hi << 32;
+}
+
 // ---- kernels per ISA --------------------------------------------------------
 // Every entry below has the signature of quant_to_float_fn / quant_from_float_fn
 // / quant_vec_dot_fn. The ref set is complete; SIMD sets fill what they speed up.
