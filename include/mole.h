@@ -39,6 +39,9 @@ void mole_model_free(mole_model *m);
 int64_t mole_model_n_vocab(const mole_model *m);
 int64_t mole_model_n_ctx_train(const mole_model *m);
 const char *mole_model_arch(const mole_model *m);
+// Weight bytes one decode step reads (attention, router, the used experts,
+// output projection): the memory-bound floor is this / bandwidth.
+uint64_t mole_model_active_bytes(const mole_model *m);
 // One line summary: "arch, n_layer, n_embd, experts, type, size".
 void mole_model_describe(const mole_model *m, char *buf, size_t n);
 

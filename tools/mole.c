@@ -2,13 +2,40 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli.h"
 #include "mole.h"
 
+typedef struct {
+  const char *name;
+  int (*fn)(int, char **);
+  const char *what;
+} command;
+
+static const command k_cmds[] = {
+    {"run", cmd_run, "generate text from a prompt"},
+    {"logits", cmd_logits, "write the logits of a token sequence (float32)"},
+    {"tokenize", cmd_tokenize, "print the token ids of a text"},
+    {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table"},
+    {"synth", cmd_synth, "write a random-weight model in a real architecture's layout"},
+    {"bench", cmd_bench, "measure prompt and generation speed"},
+};
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: mole COMMAND [options]   (mole COMMAND --help for its options)\n\ncommands:\n");
+  for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++) fprintf(f, "  %-10s %s\n", k_cmds[i].name, k_cmds[i].what);
+}
+
 int main(int argc, char **argv) {
-  if (argc < 2 || !strcmp(argv[1], "--help")) {
-    printf("usage: mole COMMAND [options]\n");
-    return argc < 2 ? 2 : 0;
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
   }
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    usage(stdout);
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
+    if (!strcmp(argv[1], k_cmds[i].name)) return k_cmds[i].fn(argc - 1, argv + 1);
   fprintf(stderr, "mole: unknown command '%s' (see mole --help)\n", argv[1]);
   return 2;
 }

@@ -1,0 +1,116 @@
+// engine: the public model/session API (include/mole.h) over model/ and kv/.
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kv/kv.h"
+#include "model/model.h"
+
+struct mole_session {
+  mole_model *m;
+  model_kv *kv;
+  model_scratch *scratch;
+  int64_t n_batch;
+  int64_t n_past;
+};
+
+mole_model_params mole_model_default_params(void) { return (mole_model_params){.n_threads = 0}; }
+
+static int default_threads(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+mole_status mole_model_load(const char *path, const mole_model_params *params, mole_model **out) {
+  mole_model_params p = params ? *params : mole_model_default_params();
+  if (p.n_threads < 0 || p.n_threads > 1024)
+    return mole_errorf(MOLE_ERR_ARG, "threads: %d is out of range (0 = all cores, up to 1024)", p.n_threads);
+  if (!out) return mole_errorf(MOLE_ERR_ARG, "mole_model_load: out is NULL");
+  return model_load(path, p.n_threads ? p.n_threads : default_threads(), out);
+}
+
+void mole_model_free(mole_model *m) { model_free(m); }
+int64_t mole_model_n_vocab(const mole_model *m) { return m->hp.n_vocab; }
+int64_t mole_model_n_ctx_train(const mole_model *m) { return m->hp.n_ctx_train; }
+const char *mole_model_arch(const mole_model *m) { return m->arch_name; }
+
+void mole_model_describe(const mole_model *m, char *buf, size_t n) {
+  const model_hparams *hp = &m->hp;
+  snprintf(buf, n, "%s: %lld layers, n_embd %lld, %lld heads (%lld kv), %lld experts (%lld used), ff %lld, vocab %lld, %.1f MiB",
+           m->arch_name, (long long)hp->n_layer, (long long)hp->n_embd, (long long)hp->n_head,
+           (long long)hp->n_head_kv, (long long)hp->n_expert, (long long)hp->n_expert_used,
+           (long long)(hp->n_expert ? hp->n_ff_exp : hp->n_ff), (long long)hp->n_vocab,
+           (double)gguf_size(m->gguf) / (1024.0 * 1024.0));
+}
+
+uint64_t mole_model_active_bytes(const mole_model *m) {
+  const model_hparams *hp = &m->hp;
+  uint64_t b = m->output.mat_bytes + m->tok_embd.row_bytes;
+  for (int64_t il = 0; il < hp->n_layer; il++) {
+    const model_layer *ly = &m->layers[il];
+    b += ly->wq.mat_bytes + ly->wk.mat_bytes + ly->wv.mat_bytes + ly->wo.mat_bytes;
+    b += ly->ffn_gate.mat_bytes + ly->ffn_up.mat_bytes + ly->ffn_down.mat_bytes;
+    b += ly->gate_inp.mat_bytes;
+    b += (uint64_t)hp->n_expert_used * (ly->gate_exps.mat_bytes + ly->up_exps.mat_bytes + ly->down_exps.mat_bytes);
+    b += ly->gate_shexp.mat_bytes + ly->up_shexp.mat_bytes + ly->down_shexp.mat_bytes;
+  }
+  return b;
+}
+
+mole_session_params mole_session_default_params(void) {
+  return (mole_session_params){.n_ctx = 0, .n_batch = 0, .kv_type = MOLE_KV_F16, .n_threads = 0};
+}
+
+mole_status mole_session_new(mole_model *m, const mole_session_params *params, mole_session **out) {
+  *out = NULL;
+  mole_session_params p = params ? *params : mole_session_default_params();
+  if (p.n_ctx < 0 || p.n_ctx > ((int64_t)1 << 24))
+    return mole_errorf(MOLE_ERR_ARG, "context size %lld is out of range", (long long)p.n_ctx);
+  if (p.n_batch < 0 || p.n_batch > 65536)
+    return mole_errorf(MOLE_ERR_ARG, "batch size %lld is out of range 1..65536", (long long)p.n_batch);
+  if (p.kv_type != MOLE_KV_F16 && p.kv_type != MOLE_KV_F32)
+    return mole_errorf(MOLE_ERR_ARG, "kv type %d: expected f16 or f32", (int)p.kv_type);
+  int64_t n_ctx = p.n_ctx ? p.n_ctx : MOLE_MIN(m->hp.n_ctx_train, 4096);
+  int64_t n_batch = p.n_batch ? p.n_batch : 512;
+  if (n_batch > n_ctx) n_batch = n_ctx;
+  mole_session *s = mole_calloc(1, sizeof *s);
+  if (!s) return mole_errorf(MOLE_ERR_NOMEM, "session: out of memory");
+  s->m = m;
+  s->n_batch = n_batch;
+  const model_hparams *hp = &m->hp;
+  mole_status st = kv_new(hp->n_layer, n_ctx, hp->n_head_kv * hp->head_dim, hp->n_head_kv * hp->head_dim_v,
+                          p.kv_type == MOLE_KV_F32 ? QT_F32 : QT_F16, &s->kv);
+  if (!st) st = model_scratch_new(m, n_batch, n_ctx, &s->scratch);
+  if (st) {
+    mole_session_free(s);
+    return st;
+  }
+  *out = s;
+  return MOLE_OK;
+}
+
+void mole_session_free(mole_session *s) {
+  if (!s) return;
+  kv_free(s->kv);
+  model_scratch_free(s->scratch);
+  mole_free(s);
+}
+
+void mole_session_reset(mole_session *s) { s->n_past = 0; }
+int64_t mole_session_n_past(const mole_session *s) { return s->n_past; }
+
+mole_status mole_session_eval(mole_session *s, const int32_t *tokens, int64_t n, float *logits, bool all_logits) {
+  if (n <= 0) return mole_errorf(MOLE_ERR_ARG, "eval: no tokens");
+  const int64_t V = s->m->hp.n_vocab;
+  for (int64_t i = 0; i < n; i += s->n_batch) {
+    const int64_t c = MOLE_MIN(s->n_batch, n - i);
+    const bool last = i + c == n;
+    float *lg = NULL;
+    if (logits && all_logits) lg = logits + i * V;
+    else if (logits && last) lg = logits;
+    mole_status st = model_forward(s->m, s->kv, s->scratch, tokens + i, c, s->n_past, lg, all_logits);
+    if (st) return st;
+    s->n_past += c;
+  }
+  return MOLE_OK;
+}

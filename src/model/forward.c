@@ -1,0 +1,404 @@
+// The forward pass shared by every supported architecture (llama/Mixtral,
+// qwen2moe, qwen3moe, olmoe): one readable loop over layers, with the
+// per-architecture differences as hparams flags. Shapes beside each buffer.
+#include <math.h>
+#include <string.h>
+
+#include "kv/kv.h"
+#include "model/ops.h"
+
+struct model_scratch {
+  int64_t n_batch, n_ctx, n_assign_max, ff_max;
+  size_t q_row;       // bytes of one converted activation row (largest k)
+  float *x;           // [n_batch][n_embd] residual stream
+  float *xn;          // [n_batch][n_embd] normed input of a block
+  float *q;           // [n_batch][n_head*head_dim]
+  float *k;           // [n_batch][n_head_kv*head_dim]
+  float *v;           // [n_batch][n_head_kv*head_dim_v]
+  float *att;         // [n_batch][n_head*head_dim_v]
+  float *y;           // [n_batch][n_embd] block output
+  float *sh;          // [n_batch][n_embd] shared expert output
+  float *scores;      // [nth][n_ctx] attention scores per thread
+  float *qrow;        // [nth][head_dim] query row per thread (rounded for f16 kv)
+  float *vacc;        // [nth][head_dim_v] value row as f32 per thread
+  void *xq;           // [n_assign_max][q_row] converted activations
+  void *hq;           // [n_assign_max][q_row] converted FFN hidden rows
+  float *ff_g;        // [n_assign_max][ff_max]
+  float *ff_u;        // [n_assign_max][ff_max]
+  float *ff_o;        // [n_assign_max][n_embd] expert outputs
+  float *router;      // [n_batch][n_expert] logits, then probabilities
+  int32_t *sel;       // [n_batch][n_expert_used] chosen experts
+  float *selw;        // [n_batch][n_expert_used] their weights
+  int64_t *exp_cnt;   // [n_expert] tokens routed to each expert
+  int64_t *exp_off;   // [n_expert] first assignment slot of each expert
+  int64_t *slot_tok;  // [n_assign_max] token of each assignment slot
+  int64_t *tok_slot;  // [n_batch][n_expert_used] slot of each (token, choice)
+  ops_mm *tasks;      // [2*n_expert + 4]
+};
+
+mole_status model_scratch_new(const mole_model *m, int64_t n_batch, int64_t n_ctx, model_scratch **out) {
+  *out = NULL;
+  const model_hparams *hp = &m->hp;
+  model_scratch *s = mole_calloc(1, sizeof *s);
+  if (!s) return mole_errorf(MOLE_ERR_NOMEM, "scratch: out of memory");
+  const int nth = m->n_threads;
+  s->n_batch = n_batch;
+  s->n_ctx = n_ctx;
+  s->n_assign_max = n_batch * MOLE_MAX(hp->n_expert_used, 1);
+  s->ff_max = MOLE_MAX(MOLE_MAX(hp->n_ff, hp->n_ff_exp), hp->n_ff_shexp);
+  int64_t kmax = MOLE_MAX(MOLE_MAX(hp->n_embd, s->ff_max), hp->n_head * hp->head_dim_v);
+  s->q_row = (size_t)kmax * 4 + 64;  // f32 is the widest activation type
+  const int64_t q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim,
+                v_dim = hp->n_head_kv * hp->head_dim_v, o_dim = hp->n_head * hp->head_dim_v;
+  const int64_t B = n_batch, A = s->n_assign_max, X = MOLE_MAX(hp->n_expert, 1), U = MOLE_MAX(hp->n_expert_used, 1);
+  bool ok = true;
+#define ALLOC(p, n) ok = ok && ((p) = mole_aligned_alloc(64, (size_t)(n) * sizeof *(p))) != NULL
+  ALLOC(s->x, B * hp->n_embd);
+  ALLOC(s->xn, B * hp->n_embd);
+  ALLOC(s->q, B * q_dim);
+  ALLOC(s->k, B * kv_dim);
+  ALLOC(s->v, B * v_dim);
+  ALLOC(s->att, B * o_dim);
+  ALLOC(s->y, B * hp->n_embd);
+  ALLOC(s->sh, B * hp->n_embd);
+  ALLOC(s->scores, nth * n_ctx);
+  ALLOC(s->qrow, nth * hp->head_dim);
+  ALLOC(s->vacc, nth * hp->head_dim_v);
+  ok = ok && (s->xq = mole_aligned_alloc(64, (size_t)A * s->q_row)) != NULL;
+  ok = ok && (s->hq = mole_aligned_alloc(64, (size_t)A * s->q_row)) != NULL;
+  ALLOC(s->ff_g, A * s->ff_max);
+  ALLOC(s->ff_u, A * s->ff_max);
+  ALLOC(s->ff_o, A * hp->n_embd);
+  ALLOC(s->router, B * X);
+  ALLOC(s->sel, B * U);
+  ALLOC(s->selw, B * U);
+  ALLOC(s->exp_cnt, X);
+  ALLOC(s->exp_off, X);
+  ALLOC(s->slot_tok, A);
+  ALLOC(s->tok_slot, B * U);
+  ALLOC(s->tasks, 2 * X + 4);
+#undef ALLOC
+  if (!ok) {
+    model_scratch_free(s);
+    return mole_errorf(MOLE_ERR_NOMEM, "scratch: cannot allocate buffers for a batch of %lld tokens", (long long)B);
+  }
+  *out = s;
+  return MOLE_OK;
+}
+
+void model_scratch_free(model_scratch *s) {
+  if (!s) return;
+  void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->y, s->sh, s->scores, s->qrow, s->vacc, s->xq, s->hq,
+                  s->ff_g, s->ff_u, s->ff_o, s->router, s->sel, s->selw, s->exp_cnt, s->exp_off, s->slot_tok,
+                  s->tok_slot, s->tasks};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mole_aligned_free(bufs[i]);
+  mole_free(s);
+}
+
+// ---- attention ------------------------------------------------------------
+typedef struct {
+  const mole_model *m;
+  const model_kv *kv;
+  model_scratch *s;
+  int64_t layer, n, n_past;
+} attn_job;
+
+// One (token, head) pair: softmax(q.K^T * scale, causal) . V
+static void attn_worker(void *ctx, int ith, int nth) {
+  const attn_job *j = ctx;
+  const model_hparams *hp = &j->m->hp;
+  model_scratch *s = j->s;
+  const int64_t hd = hp->head_dim, hdv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv;
+  const bool f16 = j->kv->type == QT_F16;
+  const quant_traits *f16t = quant_traits_of(QT_F16);
+  float *sc = s->scores + (size_t)ith * (size_t)s->n_ctx;
+  float *qr = s->qrow + (size_t)ith * (size_t)hd;
+  float *vr = s->vacc + (size_t)ith * (size_t)hdv;
+  uint16_t qh[1024];
+  MOLE_ASSERT(hd <= 1024);
+  int64_t p0, p1;
+  mole_split(j->n * hp->n_head, ith, nth, &p0, &p1);
+  for (int64_t p = p0; p < p1; p++) {
+    const int64_t t = p / hp->n_head, h = p % hp->n_head, g = h / group;
+    const int64_t n_kv = j->n_past + t + 1;  // causal: positions 0..n_past+t
+    const float *q = s->q + t * hp->n_head * hd + h * hd;
+    float mx = -INFINITY;
+    if (f16) {
+      // like ggml: the query is rounded to f16 for the f16 dot product
+      f16t->from_float(q, qh, hd);
+      for (int64_t i = 0; i < n_kv; i++) {
+        const uint16_t *kr = (const uint16_t *)kv_k_row(j->kv, j->layer, i) + g * hd;
+        float d;
+        f16t->vec_dot(hd, &d, kr, qh);
+        sc[i] = d * hp->attn_scale;
+        mx = sc[i] > mx ? sc[i] : mx;
+      }
+    } else {
+      memcpy(qr, q, (size_t)hd * sizeof *qr);
+      for (int64_t i = 0; i < n_kv; i++) {
+        const float *kr = (const float *)kv_k_row(j->kv, j->layer, i) + g * hd;
+        float d = 0;
+        for (int64_t c = 0; c < hd; c++) d += qr[c] * kr[c];
+        sc[i] = d * hp->attn_scale;
+        mx = sc[i] > mx ? sc[i] : mx;
+      }
+    }
+    double sum = 0;
+    for (int64_t i = 0; i < n_kv; i++) {
+      sc[i] = expf(sc[i] - mx);
+      sum += sc[i];
+    }
+    const float inv = (float)(1.0 / sum);
+    float *o = s->att + t * hp->n_head * hdv + h * hdv;
+    memset(o, 0, (size_t)hdv * sizeof *o);
+    for (int64_t i = 0; i < n_kv; i++) {
+      float w = sc[i] * inv;
+      const float *vv;
+      if (f16) {
+        // probabilities rounded to f16 as in ggml's f16 matmul with V
+        w = quant_f16_to_f32(quant_f32_to_f16(w));
+        f16t->to_float((const uint16_t *)kv_v_row(j->kv, j->layer, i) + g * hdv, vr, hdv);
+        vv = vr;
+      } else {
+        vv = (const float *)kv_v_row(j->kv, j->layer, i) + g * hdv;
+      }
+      for (int64_t c = 0; c < hdv; c++) o[c] += w * vv[c];
+    }
+  }
+}
+
+// Converts n rows of `x` (stride ldx, length k) for a matmul with w into s->xq.
+static void convert_for(const mole_model *m, model_scratch *s, const model_tensor *w, const float *x, int64_t ldx,
+                        int64_t n, int64_t k, void *dst) {
+  ops_convert_rows(m->pool, ops_vec_type(w), x, ldx, n, k, dst, s->q_row);
+}
+
+static ops_mm mm_of(const model_tensor *w, int64_t mat, const void *x, size_t xstride, int64_t n, float *y,
+                    int64_t ldy) {
+  return (ops_mm){w, mat, x, xstride, n, y, ldy};
+}
+
+static void attention_block(mole_model *m, model_kv *kv, model_scratch *s, int64_t il, int64_t n, int64_t n_past) {
+  const model_hparams *hp = &m->hp;
+  const model_layer *ly = &m->layers[il];
+  const int64_t E = hp->n_embd, hd = hp->head_dim, q_dim = hp->n_head * hd, k_dim = hp->n_head_kv * hd,
+                v_dim = hp->n_head_kv * hp->head_dim_v, o_dim = hp->n_head * hp->head_dim_v;
+  for (int64_t t = 0; t < n; t++) ops_rmsnorm(s->xn + t * E, s->x + t * E, ly->attn_norm, E, hp->rms_eps);
+  // Q, K, V projections in one fork/join (converted once when the types agree)
+  convert_for(m, s, &ly->wq, s->xn, E, n, E, s->xq);
+  const void *xk = s->xq, *xv = s->xq;
+  if (ops_vec_type(&ly->wk) != ops_vec_type(&ly->wq)) {
+    convert_for(m, s, &ly->wk, s->xn, E, n, E, s->hq);
+    xk = s->hq;
+  }
+  MOLE_ASSERT(ops_vec_type(&ly->wv) == ops_vec_type(&ly->wq) || ops_vec_type(&ly->wv) == ops_vec_type(&ly->wk));
+  if (ops_vec_type(&ly->wv) != ops_vec_type(&ly->wq)) xv = xk;
+  ops_mm t3[3] = {mm_of(&ly->wq, 0, s->xq, s->q_row, n, s->q, q_dim), mm_of(&ly->wk, 0, xk, s->q_row, n, s->k, k_dim),
+                  mm_of(&ly->wv, 0, xv, s->q_row, n, s->v, v_dim)};
+  ops_mm_run(m->pool, t3, 3);
+  for (int64_t t = 0; t < n; t++) {
+    float *q = s->q + t * q_dim, *k = s->k + t * k_dim, *v = s->v + t * v_dim;
+    if (ly->bq) for (int64_t i = 0; i < q_dim; i++) q[i] += ly->bq[i];
+    if (ly->bk) for (int64_t i = 0; i < k_dim; i++) k[i] += ly->bk[i];
+    if (ly->bv) for (int64_t i = 0; i < v_dim; i++) v[i] += ly->bv[i];
+    if (hp->qk_norm_full) {
+      ops_rmsnorm(q, q, ly->q_norm, q_dim, hp->rms_eps);
+      ops_rmsnorm(k, k, ly->k_norm, k_dim, hp->rms_eps);
+    } else if (hp->qk_norm_head) {
+      for (int64_t h = 0; h < hp->n_head; h++) ops_rmsnorm(q + h * hd, q + h * hd, ly->q_norm, hd, hp->rms_eps);
+      for (int64_t h = 0; h < hp->n_head_kv; h++) ops_rmsnorm(k + h * hd, k + h * hd, ly->k_norm, hd, hp->rms_eps);
+    }
+    ops_rope(q, hp->n_head, hd, n_past + t, hp, m->rope_freqs);
+    ops_rope(k, hp->n_head_kv, hd, n_past + t, hp, m->rope_freqs);
+    kv_store(kv, il, n_past + t, k, v);
+  }
+  attn_job aj = {m, kv, s, il, n, n_past};
+  mole_pool_run(m->pool, attn_worker, &aj);
+  convert_for(m, s, &ly->wo, s->att, o_dim, n, o_dim, s->xq);
+  ops_mm t1 = mm_of(&ly->wo, 0, s->xq, s->q_row, n, s->y, E);
+  ops_mm_run(m->pool, &t1, 1);
+  for (int64_t t = 0; t < n; t++) {
+    float *x = s->x + t * E, *y = s->y + t * E;
+    if (ly->bo) for (int64_t i = 0; i < E; i++) y[i] += ly->bo[i];
+    for (int64_t i = 0; i < E; i++) x[i] += y[i];
+  }
+}
+
+// silu(gate) * up -> down, for a dense FFN or a shared expert; adds into y scaled
+// per token by gate_scale (NULL = 1).
+static void dense_ffn(mole_model *m, model_scratch *s, const model_tensor *wg, const model_tensor *wu,
+                      const model_tensor *wd, int64_t n, int64_t F, float *y) {
+  const int64_t E = m->hp.n_embd;
+  convert_for(m, s, wg, s->xn, E, n, E, s->xq);
+  const void *xu = s->xq;
+  if (ops_vec_type(wu) != ops_vec_type(wg)) {
+    convert_for(m, s, wu, s->xn, E, n, E, s->hq);
+    xu = s->hq;
+  }
+  ops_mm t2[2] = {mm_of(wg, 0, s->xq, s->q_row, n, s->ff_g, F), mm_of(wu, 0, xu, s->q_row, n, s->ff_u, F)};
+  ops_mm_run(m->pool, t2, 2);
+  for (int64_t t = 0; t < n; t++) ops_swiglu(s->ff_g + t * F, s->ff_g + t * F, s->ff_u + t * F, F);
+  convert_for(m, s, wd, s->ff_g, F, n, F, s->hq);
+  ops_mm t1 = mm_of(wd, 0, s->hq, s->q_row, n, y, E);
+  ops_mm_run(m->pool, &t1, 1);
+}
+
+// Router: softmax over all experts, top-k, optional renormalisation.
+static void route(const model_hparams *hp, model_scratch *s, int64_t n) {
+  const int64_t X = hp->n_expert, K = hp->n_expert_used;
+  for (int64_t t = 0; t < n; t++) {
+    float *p = s->router + t * X;
+    float mx = -INFINITY;
+    for (int64_t e = 0; e < X; e++) mx = p[e] > mx ? p[e] : mx;
+    double sum = 0;
+    for (int64_t e = 0; e < X; e++) {
+      p[e] = expf(p[e] - mx);
+      sum += p[e];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t e = 0; e < X; e++) p[e] *= inv;
+    int32_t *sel = s->sel + t * K;
+    float *w = s->selw + t * K;
+    // top-k by selection (k is small); ties keep the lower expert id
+    for (int64_t k = 0; k < K; k++) {
+      int32_t best = -1;
+      for (int64_t e = 0; e < X; e++) {
+        bool taken = false;
+        for (int64_t j = 0; j < k; j++) taken = taken || sel[j] == e;
+        if (!taken && (best < 0 || p[e] > p[best])) best = (int32_t)e;
+      }
+      sel[k] = best;
+      w[k] = p[best];
+    }
+    if (hp->norm_topk) {
+      float ws = 0;
+      for (int64_t k = 0; k < K; k++) ws += w[k];
+      if (ws < 6.103515625e-5f) ws = 6.103515625e-5f;
+      for (int64_t k = 0; k < K; k++) w[k] /= ws;
+    }
+    if (hp->expert_weights_scale != 0 && hp->expert_weights_scale != 1)
+      for (int64_t k = 0; k < K; k++) w[k] *= hp->expert_weights_scale;
+  }
+}
+
+static void moe_ffn(mole_model *m, model_scratch *s, const model_layer *ly, int64_t n) {
+  const model_hparams *hp = &m->hp;
+  const int64_t E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, F = hp->n_ff_exp;
+  // router logits [n][X]
+  convert_for(m, s, &ly->gate_inp, s->xn, E, n, E, s->xq);
+  ops_mm tr = mm_of(&ly->gate_inp, 0, s->xq, s->q_row, n, s->router, X);
+  ops_mm_run(m->pool, &tr, 1);
+  route(hp, s, n);
+  // group (token, choice) pairs by expert: slots [exp_off[e], exp_off[e]+exp_cnt[e])
+  memset(s->exp_cnt, 0, (size_t)X * sizeof *s->exp_cnt);
+  for (int64_t i = 0; i < n * K; i++) s->exp_cnt[s->sel[i]]++;
+  int64_t off = 0;
+  for (int64_t e = 0; e < X; e++) {
+    s->exp_off[e] = off;
+    off += s->exp_cnt[e];
+    s->exp_cnt[e] = 0;
+  }
+  for (int64_t i = 0; i < n * K; i++) {
+    const int32_t e = s->sel[i];
+    const int64_t slot = s->exp_off[e] + s->exp_cnt[e]++;
+    s->slot_tok[slot] = i / K;
+    s->tok_slot[i] = slot;
+  }
+  // gather the tokens' converted rows in slot order (gate and up share the type)
+  MOLE_ASSERT(ops_vec_type(&ly->gate_exps) == ops_vec_type(&ly->up_exps));
+  const quant_type vt = ops_vec_type(&ly->gate_exps);
+  const size_t rb = quant_row_size(vt, E);
+  convert_for(m, s, &ly->gate_exps, s->xn, E, n, E, s->hq);
+  for (int64_t a = 0; a < n * K; a++)
+    memcpy((char *)s->xq + (size_t)a * s->q_row, (const char *)s->hq + (size_t)s->slot_tok[a] * s->q_row, rb);
+  int64_t nt = 0;
+  for (int64_t e = 0; e < X; e++) {
+    if (!s->exp_cnt[e]) continue;
+    const size_t o = (size_t)s->exp_off[e];
+    s->tasks[nt++] = mm_of(&ly->gate_exps, e, (char *)s->xq + o * s->q_row, s->q_row, s->exp_cnt[e],
+                           s->ff_g + o * (size_t)F, F);
+    s->tasks[nt++] = mm_of(&ly->up_exps, e, (char *)s->xq + o * s->q_row, s->q_row, s->exp_cnt[e],
+                           s->ff_u + o * (size_t)F, F);
+  }
+  ops_mm_run(m->pool, s->tasks, nt);
+  for (int64_t a = 0; a < n * K; a++) ops_swiglu(s->ff_g + a * F, s->ff_g + a * F, s->ff_u + a * F, F);
+  convert_for(m, s, &ly->down_exps, s->ff_g, F, n * K, F, s->hq);
+  nt = 0;
+  for (int64_t e = 0; e < X; e++) {
+    if (!s->exp_cnt[e]) continue;
+    const size_t o = (size_t)s->exp_off[e];
+    s->tasks[nt++] = mm_of(&ly->down_exps, e, (char *)s->hq + o * s->q_row, s->q_row, s->exp_cnt[e],
+                           s->ff_o + o * (size_t)E, E);
+  }
+  ops_mm_run(m->pool, s->tasks, nt);
+  // weighted sum in the router's order, as llama.cpp adds the expert views
+  for (int64_t t = 0; t < n; t++) {
+    float *y = s->y + t * E;
+    for (int64_t k = 0; k < K; k++) {
+      const float w = s->selw[t * K + k];
+      const float *eo = s->ff_o + s->tok_slot[t * K + k] * E;
+      if (k == 0)
+        for (int64_t i = 0; i < E; i++) y[i] = eo[i] * w;
+      else
+        for (int64_t i = 0; i < E; i++) y[i] += eo[i] * w;
+    }
+  }
+}
+
+static void ffn_block(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
+  const model_hparams *hp = &m->hp;
+  const model_layer *ly = &m->layers[il];
+  const int64_t E = hp->n_embd;
+  for (int64_t t = 0; t < n; t++) ops_rmsnorm(s->xn + t * E, s->x + t * E, ly->ffn_norm, E, hp->rms_eps);
+  if (hp->n_expert == 0) {
+    dense_ffn(m, s, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, n, hp->n_ff, s->y);
+  } else {
+    moe_ffn(m, s, ly, n);
+    if (ly->gate_inp_shexp) {
+      // shared expert, scaled by sigmoid(w . x)
+      float *sh = s->sh;
+      dense_ffn(m, s, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, n, hp->n_ff_shexp, sh);
+      for (int64_t t = 0; t < n; t++) {
+        const float *xn = s->xn + t * E;
+        float g = 0;
+        for (int64_t i = 0; i < E; i++) g += ly->gate_inp_shexp[i] * xn[i];
+        g = 1.0f / (1.0f + expf(-g));
+        float *y = s->y + t * E;
+        for (int64_t i = 0; i < E; i++) y[i] += sh[t * E + i] * g;
+      }
+    }
+  }
+  for (int64_t t = 0; t < n; t++)
+    for (int64_t i = 0; i < E; i++) s->x[t * E + i] += s->y[t * E + i];
+}
+
+mole_status model_forward(mole_model *m, model_kv *kv, model_scratch *s, const int32_t *tokens, int64_t n,
+                          int64_t n_past, float *logits, bool all_logits) {
+  const model_hparams *hp = &m->hp;
+  const int64_t E = hp->n_embd, V = hp->n_vocab;
+  if (n <= 0 || n > s->n_batch)
+    return mole_errorf(MOLE_ERR_ARG, "forward: %lld tokens but the batch holds 1..%lld", (long long)n,
+                       (long long)s->n_batch);
+  if (n_past + n > kv->n_ctx)
+    return mole_errorf(MOLE_ERR_ARG, "context full: %lld + %lld tokens exceed the context of %lld", (long long)n_past,
+                       (long long)n, (long long)kv->n_ctx);
+  for (int64_t t = 0; t < n; t++)
+    if (tokens[t] < 0 || tokens[t] >= V)
+      return mole_errorf(MOLE_ERR_ARG, "token %d at index %lld is out of the vocabulary (0..%lld)", tokens[t],
+                         (long long)t, (long long)V - 1);
+  const quant_traits *et = quant_traits_of(m->tok_embd.type);
+  for (int64_t t = 0; t < n; t++)
+    et->to_float((const char *)m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes, s->x + t * E, E);
+  for (int64_t il = 0; il < hp->n_layer; il++) {
+    attention_block(m, kv, s, il, n, n_past);
+    ffn_block(m, s, il, n);
+  }
+  if (!logits) return MOLE_OK;
+  const int64_t t0 = all_logits ? 0 : n - 1, nl = n - t0;
+  for (int64_t t = t0; t < n; t++) ops_rmsnorm(s->xn + (t - t0) * E, s->x + t * E, m->output_norm, E, hp->rms_eps);
+  // the vocabulary projection in chunks of the batch buffer
+  convert_for(m, s, &m->output, s->xn, E, nl, E, s->xq);
+  ops_mm to = mm_of(&m->output, 0, s->xq, s->q_row, nl, logits, V);
+  ops_mm_run(m->pool, &to, 1);
+  return MOLE_OK;
+}

@@ -1,0 +1,107 @@
+// model: architectures (hparams, weights bound to GGUF tensors) and the
+// forward pass. Internal header; the public face is include/mole.h.
+#ifndef MOLE_MODEL_H
+#define MOLE_MODEL_H
+
+#include "base/base.h"
+#include "base/pool.h"
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+
+typedef enum { ARCH_LLAMA = 0, ARCH_QWEN2MOE, ARCH_QWEN3MOE, ARCH_OLMOE, ARCH_COUNT } model_arch;
+
+typedef struct model_hparams {
+  model_arch arch;
+  int64_t n_vocab;
+  int64_t n_ctx_train;
+  int64_t n_embd;
+  int64_t n_layer;
+  int64_t n_head;
+  int64_t n_head_kv;
+  int64_t head_dim;      // key/query length per head
+  int64_t head_dim_v;    // value length per head
+  int64_t n_rot;         // rotated dims per head (<= head_dim)
+  int64_t n_ff;          // dense FFN width (0 when every layer is MoE)
+  int64_t n_expert;      // 0 = dense
+  int64_t n_expert_used;
+  int64_t n_ff_exp;      // expert FFN width
+  int64_t n_ff_shexp;    // shared expert FFN width (qwen2moe)
+  float rms_eps;
+  float rope_base;
+  float rope_freq_scale;  // 1/linear scaling factor
+  float attn_scale;       // 1/sqrt(head_dim) unless the file says otherwise
+  float expert_weights_scale;  // 0 or 1 = none
+  bool rope_neox;         // rotate (x[i], x[i+n_rot/2]) instead of (x[2i], x[2i+1])
+  bool norm_topk;         // renormalise the chosen experts' weights to sum 1
+  bool qk_norm_head;      // RMS norm per head on q and k (qwen3moe)
+  bool qk_norm_full;      // RMS norm over the whole q / k projection (olmoe)
+} model_hparams;
+
+// A weight as stored in the file: up to 3 dims, rows of ne0 elements.
+typedef struct model_tensor {
+  const void *data;  // NULL = absent (optional tensors)
+  quant_type type;
+  int64_t ne0, ne1, ne2;  // [ne2][ne1][ne0]
+  size_t row_bytes;       // bytes of one row of ne0
+  size_t mat_bytes;       // bytes of one [ne1][ne0] matrix (experts: stride between experts)
+} model_tensor;
+
+typedef struct model_layer {
+  const float *attn_norm;   // [n_embd]
+  model_tensor wq;          // [n_head*head_dim][n_embd]
+  model_tensor wk;          // [n_head_kv*head_dim][n_embd]
+  model_tensor wv;          // [n_head_kv*head_dim_v][n_embd]
+  model_tensor wo;          // [n_embd][n_head*head_dim_v]
+  const float *bq, *bk, *bv, *bo;  // optional biases
+  const float *q_norm;      // [head_dim] (per head) or [n_head*head_dim] (full)
+  const float *k_norm;      // [head_dim] or [n_head_kv*head_dim]
+  const float *ffn_norm;    // [n_embd]
+  // dense FFN
+  model_tensor ffn_gate;    // [n_ff][n_embd]
+  model_tensor ffn_up;      // [n_ff][n_embd]
+  model_tensor ffn_down;    // [n_embd][n_ff]
+  // MoE
+  model_tensor gate_inp;    // [n_expert][n_embd] router
+  model_tensor gate_exps;   // [n_expert][n_ff_exp][n_embd]
+  model_tensor up_exps;     // [n_expert][n_ff_exp][n_embd]
+  model_tensor down_exps;   // [n_expert][n_embd][n_ff_exp]
+  // shared expert (qwen2moe)
+  const float *gate_inp_shexp;  // [n_embd]
+  model_tensor gate_shexp;  // [n_ff_shexp][n_embd]
+  model_tensor up_shexp;    // [n_ff_shexp][n_embd]
+  model_tensor down_shexp;  // [n_embd][n_ff_shexp]
+} model_layer;
+
+struct mole_model {
+  gguf_file *gguf;
+  model_hparams hp;
+  char arch_name[32];
+  model_tensor tok_embd;   // [n_vocab][n_embd]
+  const float *output_norm;  // [n_embd]
+  model_tensor output;     // [n_vocab][n_embd] (tok_embd when tied)
+  const float *rope_freqs; // optional [n_rot/2] frequency divisors
+  model_layer *layers;     // [n_layer]
+  float *f32_store;        // norms/biases converted to f32 (owned)
+  mole_pool *pool;
+  int n_threads;
+};
+
+const char *model_arch_name(model_arch a);
+// Loads hparams and binds every tensor, validating names, shapes and types.
+mole_status model_load(const char *path, int n_threads, mole_model **out);
+void model_free(mole_model *m);
+
+// ---- forward ------------------------------------------------------------
+typedef struct model_kv model_kv;   // KV cache (kv/kv.h)
+typedef struct model_scratch model_scratch;
+
+// Scratch for up to n_batch tokens, sized once (no allocation per step).
+mole_status model_scratch_new(const mole_model *m, int64_t n_batch, int64_t n_ctx, model_scratch **out);
+void model_scratch_free(model_scratch *s);
+
+// Runs n tokens at positions n_past.. (n <= n_batch), appending to kv.
+// logits: [n][n_vocab] when all_logits, else [n_vocab] for the last token; may be NULL.
+mole_status model_forward(mole_model *m, model_kv *kv, model_scratch *s, const int32_t *tokens, int64_t n,
+                          int64_t n_past, float *logits, bool all_logits);
+
+#endif

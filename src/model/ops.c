@@ -1,0 +1,93 @@
+#include "model/ops.h"
+
+#include <math.h>
+#include <string.h>
+
+void ops_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+  const float mean = (float)(sum / (double)n);
+  const float scale = 1.0f / sqrtf(mean + eps);
+  for (int64_t i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
+}
+
+void ops_rope(float *x, int64_t n_heads, int64_t head_dim, int64_t pos, const model_hparams *hp, const float *freqs) {
+  const int64_t n_rot = hp->n_rot;
+  if (n_rot == 0) return;
+  // cos/sin per pair, as ggml's rope cache: theta_i = pos * base^(-2i/n_rot)
+  float cs[2048];  // [n_rot/2][2]
+  MOLE_ASSERT(n_rot <= 2048);
+  const float theta_scale = powf(hp->rope_base, -2.0f / (float)n_rot);
+  float theta = (float)pos;
+  for (int64_t i = 0; i < n_rot / 2; i++) {
+    const float ff = freqs ? freqs[i] : 1.0f;
+    const float t = hp->rope_freq_scale * (theta / ff);
+    cs[2 * i] = cosf(t);
+    cs[2 * i + 1] = sinf(t);
+    theta *= theta_scale;
+  }
+  for (int64_t h = 0; h < n_heads; h++) {
+    float *v = x + h * head_dim;
+    for (int64_t i = 0; i < n_rot / 2; i++) {
+      const float c = cs[2 * i], s = cs[2 * i + 1];
+      const int64_t a = hp->rope_neox ? i : 2 * i;
+      const int64_t b = hp->rope_neox ? i + n_rot / 2 : 2 * i + 1;
+      const float x0 = v[a], x1 = v[b];
+      v[a] = x0 * c - x1 * s;
+      v[b] = x0 * s + x1 * c;
+    }
+  }
+}
+
+void ops_swiglu(float *y, const float *g, const float *u, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] = (g[i] / (1.0f + expf(-g[i]))) * u[i];
+}
+
+typedef struct {
+  const ops_mm *tasks;
+  int64_t n;
+} mm_job;
+
+static void mm_worker(void *ctx, int ith, int nth) {
+  const mm_job *job = ctx;
+  for (int64_t t = 0; t < job->n; t++) {
+    const ops_mm *mm = &job->tasks[t];
+    if (mm->n_tok <= 0) continue;
+    const model_tensor *w = mm->w;
+    int64_t r0, r1;
+    mole_split(w->ne1, ith, nth, &r0, &r1);
+    if (r0 >= r1) continue;
+    const char *base = (const char *)w->data + (size_t)mm->mat * w->mat_bytes;
+    quant_gemm(w->type, base, w->row_bytes, mm->x, mm->xstride, mm->y, mm->ldy, r0, r1, mm->n_tok, w->ne0);
+  }
+}
+
+void ops_mm_run(mole_pool *pool, const ops_mm *tasks, int64_t n_tasks) {
+  mm_job job = {tasks, n_tasks};
+  mole_pool_run(pool, mm_worker, &job);
+}
+
+typedef struct {
+  quant_type vt;
+  const float *x;
+  int64_t ldx, n, k;
+  void *out;
+  size_t ostride;
+} cv_job;
+
+static void cv_worker(void *ctx, int ith, int nth) {
+  const cv_job *j = ctx;
+  const quant_traits *tr = quant_traits_of(j->vt);
+  int64_t r0, r1;
+  mole_split(j->n, ith, nth, &r0, &r1);
+  for (int64_t r = r0; r < r1; r++) tr->from_float(j->x + r * j->ldx, (char *)j->out + (size_t)r * j->ostride, j->k);
+}
+
+void ops_convert_rows(mole_pool *pool, quant_type vt, const float *x, int64_t ldx, int64_t n, int64_t k, void *out,
+                      size_t ostride) {
+  cv_job j = {vt, x, ldx, n, k, out, ostride};
+  if (n * k < 65536 || n == 1)
+    cv_worker(&j, 0, 1);
+  else
+    mole_pool_run(pool, cv_worker, &j);
+}

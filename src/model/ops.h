@@ -1,0 +1,38 @@
+// ops: the element-wise and row operators of the forward pass, and the
+// threaded matmul (rows of each weight split over the pool, ith/nth).
+#ifndef MOLE_OPS_H
+#define MOLE_OPS_H
+
+#include "model/model.h"
+
+// y[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]   (sum of squares in double, as ggml)
+void ops_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
+// RoPE in place on x [n_heads][head_dim] at position pos (first n_rot dims).
+void ops_rope(float *x, int64_t n_heads, int64_t head_dim, int64_t pos, const model_hparams *hp, const float *freqs);
+// y = silu(g) * u, n elements
+void ops_swiglu(float *y, const float *g, const float *u, int64_t n);
+
+// One matmul: Y[j][i] = W[mat] row i . X row j, i over all rows of W.
+typedef struct ops_mm {
+  const model_tensor *w;
+  int64_t mat;       // which matrix of a stacked (expert) tensor
+  const void *x;     // n_tok rows in the vec_dot type of w->type
+  size_t xstride;    // bytes between rows of x
+  int64_t n_tok;
+  float *y;          // [n_tok][ldy]
+  int64_t ldy;
+} ops_mm;
+
+// Runs all matmuls in one fork/join: every thread takes its slice of the
+// rows of every task.
+void ops_mm_run(mole_pool *pool, const ops_mm *tasks, int64_t n_tasks);
+
+// Converts n rows of k floats (stride ldx) to type vt rows at out (stride
+// ostride bytes); threaded when large.
+void ops_convert_rows(mole_pool *pool, quant_type vt, const float *x, int64_t ldx, int64_t n, int64_t k, void *out,
+                      size_t ostride);
+
+// The type activations are converted to before a matmul with w.
+static inline quant_type ops_vec_type(const model_tensor *w) { return quant_traits_of(w->type)->vec_dot_type; }
+
+#endif

@@ -1,0 +1,187 @@
+// Model loading: unknown architectures, missing tensors, wrong shapes and
+// unimplemented RoPE scaling are clear errors; synth models of every
+// architecture load and run; decode equals prefill.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gguf/gguf.h"
+#include "model/synth.h"
+#include "mole.h"
+#include "testutil.h"
+
+typedef void (*edit_fn)(gguf_writer *w);
+static void set_arch_gptj(gguf_writer *w) { assert_int_equal(gguf_writer_set_str(w, "general.architecture", "gptj"), MOLE_OK); }
+static void set_yarn(gguf_writer *w) { assert_int_equal(gguf_writer_set_str(w, "llama.rope.scaling.type", "yarn"), MOLE_OK); }
+static void set_kv4(gguf_writer *w) { assert_int_equal(gguf_writer_set_u32(w, "llama.attention.head_count_kv", 4), MOLE_OK); }
+static void set_heads0(gguf_writer *w) { assert_int_equal(gguf_writer_set_u32(w, "llama.attention.head_count", 0), MOLE_OK); }
+
+// Rewrites src into path, with kv `drop_key` removed, tensor `drop_tensor`
+// removed and `edit` applied to the metadata (all optional).
+static void rewrite(const char *src, const char *path, const char *drop_key, edit_fn edit, const char *drop_tensor) {
+  gguf_file *f;
+  assert_int_equal(gguf_open(src, &f), MOLE_OK);
+  gguf_writer *w;
+  assert_int_equal(gguf_writer_new(&w), MOLE_OK);
+  for (int64_t i = 0; i < gguf_n_kv(f); i++) {
+    if (drop_key && !strcmp(gguf_kv_key(f, i), drop_key)) continue;
+    assert_int_equal(gguf_writer_copy_kv(w, f, i), MOLE_OK);
+  }
+  if (edit) edit(w);
+  for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+    const gguf_tensor *t = gguf_tensor_at(f, i);
+    if (drop_tensor && !strcmp(t->name, drop_tensor)) continue;
+    assert_int_equal(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, NULL), MOLE_OK);
+  }
+  assert_int_equal(gguf_writer_begin(w, path), MOLE_OK);
+  for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+    const gguf_tensor *t = gguf_tensor_at(f, i);
+    if (drop_tensor && !strcmp(t->name, drop_tensor)) continue;
+    assert_int_equal(gguf_writer_write(w, t->data, t->size), MOLE_OK);
+  }
+  assert_int_equal(gguf_writer_finish(w), MOLE_OK);
+  gguf_writer_free(w);
+  gguf_close(f);
+}
+
+static const char *tmp_path(const char *name) {
+  static char buf[4][512];
+  static int k;
+  char *b = buf[k++ & 3];
+  snprintf(b, 512, "/tmp/mole-test-model-%d-%s", (int)getpid(), name);
+  return b;
+}
+
+static void expect_load_error(const char *path, mole_status want, const char *needle) {
+  mole_model *m = NULL;
+  mole_status st = mole_model_load(path, NULL, &m);
+  if (st != want || !strstr(mole_last_error(), needle))
+    fail_msg("load %s: status %d (%s), message '%s'; wanted status %d with '%s'", path, st, mole_status_str(st),
+             mole_last_error(), want, needle);
+  assert_null(m);
+}
+
+static void test_bad_models(void **state) {
+  (void)state;
+  const char *mix = tu_path("tests/data/conformance/models/mixtral.gguf");
+  const char *p = tmp_path("bad.gguf");
+  rewrite(mix, p, NULL, set_arch_gptj, NULL);
+  expect_load_error(p, MOLE_ERR_UNSUPPORTED, "'gptj' is not supported");
+  rewrite(mix, p, NULL, NULL, "blk.1.ffn_up_exps.weight");
+  expect_load_error(p, MOLE_ERR_NOT_FOUND, "missing tensor 'blk.1.ffn_up_exps.weight'");
+  rewrite(mix, p, "llama.embedding_length", NULL, NULL);
+  expect_load_error(p, MOLE_ERR_NOT_FOUND, "llama.embedding_length");
+  rewrite(mix, p, NULL, set_yarn, NULL);
+  expect_load_error(p, MOLE_ERR_UNSUPPORTED, "yarn");
+  rewrite(mix, p, "general.architecture", NULL, NULL);
+  expect_load_error(p, MOLE_ERR_NOT_FOUND, "general.architecture");
+  // a shape that does not match the hparams: 4 KV heads where attn_k has 2
+  rewrite(mix, p, NULL, set_kv4, NULL);
+  expect_load_error(p, MOLE_ERR_FORMAT, "blk.0.attn_k.weight");
+  rewrite(mix, p, NULL, set_heads0, NULL);
+  expect_load_error(p, MOLE_ERR_FORMAT, "head_count");
+  expect_load_error(tmp_path("does-not-exist.gguf"), MOLE_ERR_IO, "does-not-exist");
+  unlink(p);
+}
+
+static void test_missing_norm_tensor(void **state) {
+  (void)state;
+  const char *p = tmp_path("q3.gguf");
+  rewrite(tu_path("tests/data/conformance/models/qwen3moe.gguf"), p, NULL, NULL, "blk.0.attn_k_norm.weight");
+  expect_load_error(p, MOLE_ERR_NOT_FOUND, "blk.0.attn_k_norm.weight");
+  rewrite(tu_path("tests/data/conformance/models/qwen2moe.gguf"), p, NULL, NULL, "blk.1.ffn_gate_inp_shexp.weight");
+  expect_load_error(p, MOLE_ERR_NOT_FOUND, "ffn_gate_inp_shexp");
+  unlink(p);
+}
+
+// Every architecture from synth: loads, and one-by-one decode equals one batch.
+static void test_synth_archs(void **state) {
+  (void)state;
+  const char *archs[] = {"mixtral", "llama", "qwen3moe", "olmoe", "qwen2moe"};
+  const char *types[] = {"q4_0", "q8_0", "f16", "q4_k", "q6_k"};
+  for (size_t a = 0; a < 5; a++) {
+    synth_params sp = synth_default_params();
+    sp.arch = archs[a];
+    sp.n_embd = 256;
+    sp.n_layer = 2;
+    sp.n_head = 4;
+    sp.n_head_kv = 2;
+    sp.n_expert = 4;
+    sp.n_ff = 256;
+    sp.n_vocab = 300;
+    sp.type = (quant_type)quant_type_from_name(types[a]);
+    sp.n_threads = 2;
+    if (!strcmp(archs[a], "llama")) sp.n_expert = 0;
+    const char *p = tmp_path("synth.gguf");
+    if (synth_write(&sp, p, NULL)) fail_msg("synth %s: %s", archs[a], mole_last_error());
+    mole_model *m;
+    if (mole_model_load(p, NULL, &m)) fail_msg("load synth %s: %s", archs[a], mole_last_error());
+    assert_string_equal(mole_model_arch(m), !strcmp(archs[a], "mixtral") ? "llama" : archs[a]);
+    mole_session_params spp = mole_session_default_params();
+    spp.kv_type = MOLE_KV_F32;
+    mole_session *s;
+    assert_int_equal(mole_session_new(m, &spp, &s), MOLE_OK);
+    const int32_t toks[7] = {1, 17, 250, 3, 99, 42, 7};
+    const int64_t V = mole_model_n_vocab(m);
+    float *a1 = malloc(7 * (size_t)V * sizeof(float)), *a2 = malloc(7 * (size_t)V * sizeof(float));
+    assert_int_equal(mole_session_eval(s, toks, 7, a1, true), MOLE_OK);
+    mole_session_reset(s);
+    for (int i = 0; i < 7; i++) assert_int_equal(mole_session_eval(s, toks + i, 1, a2 + i * V, false), MOLE_OK);
+    double d = 0, r = 0;
+    for (int64_t i = 0; i < 7 * V; i++) {
+      assert_true(isfinite(a1[i]));
+      d += (a1[i] - a2[i]) * (double)(a1[i] - a2[i]);
+      r += (double)a1[i] * a1[i];
+    }
+    // f16 batches (tiled gemm) and single tokens (vec_dot) sum in different orders
+    if (sqrt(d / r) > 1e-3) fail_msg("%s: batch vs one-by-one rel %.3g", archs[a], sqrt(d / r));
+    // out-of-vocabulary token is an error, not a crash
+    int32_t bad = (int32_t)V;
+    assert_int_equal(mole_session_eval(s, &bad, 1, a2, false), MOLE_ERR_ARG);
+    free(a1);
+    free(a2);
+    mole_session_free(s);
+    mole_model_free(m);
+    unlink(p);
+  }
+}
+
+// synth is deterministic for a seed, whatever the thread count.
+static void test_synth_deterministic(void **state) {
+  (void)state;
+  synth_params sp = synth_default_params();
+  sp.n_embd = 128;
+  sp.n_layer = 1;
+  sp.n_head = 2;
+  sp.n_head_kv = 1;
+  sp.n_expert = 2;
+  sp.n_ff = 128;
+  sp.n_vocab = 300;
+  sp.n_threads = 1;
+  const char *p1 = tmp_path("d1.gguf"), *p2 = tmp_path("d2.gguf");
+  assert_int_equal(synth_write(&sp, p1, NULL), MOLE_OK);
+  sp.n_threads = 2;
+  assert_int_equal(synth_write(&sp, p2, NULL), MOLE_OK);
+  size_t n1, n2;
+  void *b1 = tu_read_file(p1, &n1), *b2 = tu_read_file(p2, &n2);
+  assert_int_equal(n1, n2);
+  assert_memory_equal(b1, b2, n1);
+  free(b1);
+  free(b2);
+  sp.arch = "gpt5";
+  assert_int_equal(synth_write(&sp, p1, NULL), MOLE_ERR_ARG);
+  unlink(p1);
+  unlink(p2);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bad_models),
+      cmocka_unit_test(test_missing_norm_tensor),
+      cmocka_unit_test(test_synth_archs),
+      cmocka_unit_test(test_synth_deterministic),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,139 @@
+#include "common.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+  fprintf(stderr, "mole %s: ", cmd);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, " (see mole %s --help)\n", cmd);
+  return 2;
+}
+
+int cli_error(const char *cmd, mole_status st) {
+  fprintf(stderr, "mole %s: %s: %s\n", cmd, mole_status_str(st), mole_last_error());
+  return 1;
+}
+
+const char *cli_value(int argc, char **argv, int *i) {
+  if (*i + 1 >= argc) {
+    fprintf(stderr, "mole %s: flag %s needs a value\n", argv[0], argv[*i]);
+    return NULL;
+  }
+  return argv[++*i];
+}
+
+int cli_parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end) {
+    fprintf(stderr, "mole: %s: '%s' is not an integer\n", flag, s);
+    return -1;
+  }
+  if (v < lo || v > hi) {
+    fprintf(stderr, "mole: %s: %lld is out of range [%lld, %lld]\n", flag, v, (long long)lo, (long long)hi);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+int cli_parse_f64(const char *flag, const char *s, double lo, double hi, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || v != v) {
+    fprintf(stderr, "mole: %s: '%s' is not a number\n", flag, s);
+    return -1;
+  }
+  if (v < lo || v > hi) {
+    fprintf(stderr, "mole: %s: %g is out of range [%g, %g]\n", flag, v, lo, hi);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+int cli_parse_tokens(const char *flag, const char *s, int32_t **out, int64_t *n) {
+  int64_t cap = 1;
+  for (const char *p = s; *p; p++) cap += *p == ',';
+  int32_t *ids = malloc((size_t)cap * sizeof *ids);
+  if (!ids) return -1;
+  int64_t k = 0;
+  const char *p = s;
+  while (*p) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(p, &end, 10);
+    if (errno || end == p || (*end && *end != ',') || v < 0 || v > INT32_MAX) {
+      fprintf(stderr, "mole: %s: element %lld of '%s' is not a token id\n", flag, (long long)k, s);
+      free(ids);
+      return -1;
+    }
+    ids[k++] = (int32_t)v;
+    p = *end ? end + 1 : end;
+  }
+  if (k == 0) {
+    fprintf(stderr, "mole: %s: no token ids given\n", flag);
+    free(ids);
+    return -1;
+  }
+  *out = ids;
+  *n = k;
+  return 0;
+}
+
+int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o) {
+  const char *a = argv[*i], *v;
+  int64_t x;
+  if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+    if (!(v = cli_value(argc, argv, i))) return -1;
+    o->model = v;
+  } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+    if (!(v = cli_value(argc, argv, i)) || cli_parse_i64(a, v, 0, 1024, &x)) return -1;
+    o->threads = (int)x;
+  } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
+    if (!(v = cli_value(argc, argv, i)) || cli_parse_i64(a, v, 0, (int64_t)1 << 24, &o->ctx)) return -1;
+  } else if (!strcmp(a, "-b") || !strcmp(a, "--batch")) {
+    if (!(v = cli_value(argc, argv, i)) || cli_parse_i64(a, v, 0, 65536, &o->batch)) return -1;
+  } else if (!strcmp(a, "--kv-type")) {
+    if (!(v = cli_value(argc, argv, i))) return -1;
+    if (!strcmp(v, "f16")) o->kv_type = MOLE_KV_F16;
+    else if (!strcmp(v, "f32")) o->kv_type = MOLE_KV_F32;
+    else {
+      fprintf(stderr, "mole: --kv-type: '%s' is not f16 or f32\n", v);
+      return -1;
+    }
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+int cli_open(const cli_model_opts *o, mole_model **m, mole_session **s) {
+  *m = NULL;
+  *s = NULL;
+  if (!o->model) return cli_usage_error("", "no model given (-m FILE)");
+  mole_model_params mp = mole_model_default_params();
+  mp.n_threads = o->threads;
+  mole_status st = mole_model_load(o->model, &mp, m);
+  if (st) return cli_error("load", st);
+  mole_session_params sp = mole_session_default_params();
+  sp.n_ctx = o->ctx;
+  sp.n_batch = o->batch;
+  sp.kv_type = o->kv_type;
+  st = mole_session_new(*m, &sp, s);
+  if (st) {
+    mole_model_free(*m);
+    *m = NULL;
+    return cli_error("session", st);
+  }
+  return 0;
+}

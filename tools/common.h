@@ -1,0 +1,40 @@
+// Helpers shared by the CLI commands: flag parsing with clear errors and
+// the model/session flags every model-running command takes.
+#ifndef MOLE_CLI_COMMON_H
+#define MOLE_CLI_COMMON_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mole.h"
+
+typedef struct cli_model_opts {
+  const char *model;     // -m FILE
+  int threads;           // -t N (0 = all cores)
+  int64_t ctx;           // -c N (0 = min(train ctx, 4096))
+  int64_t batch;         // -b N (0 = 512)
+  mole_kv_type kv_type;  // --kv-type f16|f32
+} cli_model_opts;
+
+#define CLI_MODEL_HELP                                                          \
+  "  -m, --model FILE     GGUF model (required)\n"                             \
+  "  -t, --threads N      threads (default: all cores)\n"                      \
+  "  -c, --ctx N          context size in tokens (default: min(train, 4096))\n" \
+  "  -b, --batch N        prefill chunk in tokens (default: 512)\n"            \
+  "      --kv-type T      KV cache type f16|f32 (default: f16)\n"
+
+// If argv[*i] is one of the model flags, consumes it (and its value) and
+// returns 1; returns 0 when it is not; -1 after printing an error.
+int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o);
+// The value of flag argv[*i] (advancing *i), or NULL after printing an error.
+const char *cli_value(int argc, char **argv, int *i);
+int cli_parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out);
+int cli_parse_f64(const char *flag, const char *s, double lo, double hi, double *out);
+// "1,2,3" -> malloc'd ids; prints an error naming the bad element.
+int cli_parse_tokens(const char *flag, const char *s, int32_t **out, int64_t *n);
+// Loads the model and a session from opts; prints errors.
+int cli_open(const cli_model_opts *o, mole_model **m, mole_session **s);
+int cli_error(const char *cmd, mole_status st);  // prints mole_last_error, returns 1
+int cli_usage_error(const char *cmd, const char *fmt, ...);  // prints, returns 2
+
+#endif
