@@ -61,6 +61,9 @@ mole_session_params mole_session_default_params(void);
 mole_status mole_session_new(mole_model *m, const mole_session_params *p, mole_session **out);
 void mole_session_free(mole_session *s);
 void mole_session_reset(mole_session *s);
+// Forgets every position from n_past on (0 <= n_past <= current), so a
+// conversation can re-evaluate from a common prefix.
+mole_status mole_session_rewind(mole_session *s, int64_t n_past);
 int64_t mole_session_n_past(const mole_session *s);
 // Feeds n tokens at the current position. If logits != NULL it receives
 // [n][n_vocab] floats when all_logits, else [n_vocab] for the last token.

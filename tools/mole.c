@@ -13,6 +13,7 @@ typedef struct {
 
 static const command k_cmds[] = {
     {"run", cmd_run, "generate text from a prompt"},
+    {"chat", cmd_chat, "interactive chat with the model's chat template"},
     {"logits", cmd_logits, "write the logits of a token sequence (float32)"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table"},

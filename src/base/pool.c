@@ -1,6 +1,7 @@
 #include "base/pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -40,7 +41,8 @@ static void *pool_main(void *arg) {
     while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
            !atomic_load(&p->stop)) {
       if (++spins < SPIN_ITERS) {
-        CPU_RELAX();
+        if (spins % 1024 == 0) sched_yield();  // let a descheduled caller run
+        else CPU_RELAX();
         continue;
       }
       pthread_mutex_lock(&p->mu);
@@ -115,5 +117,11 @@ void mole_pool_run(mole_pool *p, mole_pool_fn fn, void *ctx) {
     pthread_mutex_unlock(&p->mu);
   }
   fn(ctx, 0, p->nth);
-  while (atomic_load_explicit(&p->n_done, memory_order_acquire) < p->nth - 1) CPU_RELAX();
+  // spin, then yield: a worker may have been descheduled on a busy machine
+  for (int spins = 0; atomic_load_explicit(&p->n_done, memory_order_acquire) < p->nth - 1; spins++) {
+    if (spins < 4096)
+      CPU_RELAX();
+    else
+      sched_yield();
+  }
 }

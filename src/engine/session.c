@@ -99,6 +99,14 @@ void mole_session_free(mole_session *s) {
 void mole_session_reset(mole_session *s) { s->n_past = 0; }
 int64_t mole_session_n_past(const mole_session *s) { return s->n_past; }
 
+mole_status mole_session_rewind(mole_session *s, int64_t n_past) {
+  if (n_past < 0 || n_past > s->n_past)
+    return mole_errorf(MOLE_ERR_ARG, "rewind to %lld: the session holds %lld positions", (long long)n_past,
+                       (long long)s->n_past);
+  s->n_past = n_past;
+  return MOLE_OK;
+}
+
 mole_status mole_session_eval(mole_session *s, const int32_t *tokens, int64_t n, float *logits, bool all_logits) {
   if (n <= 0) return mole_errorf(MOLE_ERR_ARG, "eval: no tokens");
   const int64_t V = s->m->hp.n_vocab;
