@@ -50,6 +50,12 @@ static inline __m256i q5_high(const uint8_t *qh) {
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit), _mm256_set1_epi8(16));
 }
 
+// Software prefetch of weight rows streamed from DRAM (see quant_avx512.h).
+static inline __attribute__((always_inline)) void prefetch(const void *p, size_t bytes) {
+  const char *c = (const char *)p + 4096;
+  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(c + o, _MM_HINT_T0);
+}
+
 // ---- float types -------------------------------------------------------------------
 
 static void vec_dot_f32(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
@@ -57,6 +63,7 @@ static void vec_dot_f32(int64_t n, float *restrict s, const void *restrict vx, c
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
+    prefetch(x + i, 128);
     a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
     a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), a1);
     a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), a2);
@@ -78,6 +85,7 @@ static void vec_dot_f16(int64_t n, float *restrict s, const void *restrict vx, c
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
+    prefetch(x + i, 64);
     a0 = _mm256_fmadd_ps(ld_f16(x + i), ld_f16(y + i), a0);
     a1 = _mm256_fmadd_ps(ld_f16(x + i + 8), ld_f16(y + i + 8), a1);
     a2 = _mm256_fmadd_ps(ld_f16(x + i + 16), ld_f16(y + i + 16), a2);
@@ -94,6 +102,7 @@ static void vec_dot_bf16(int64_t n, float *restrict s, const void *restrict vx, 
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
+    prefetch(x + i, 64);
     a0 = _mm256_fmadd_ps(ld_bf16(x + i), ld_bf16(y + i), a0);
     a1 = _mm256_fmadd_ps(ld_bf16(x + i + 8), ld_bf16(y + i + 8), a1);
     a2 = _mm256_fmadd_ps(ld_bf16(x + i + 16), ld_bf16(y + i + 16), a2);
@@ -187,6 +196,7 @@ static void from_float_q8_0(const float *restrict x, void *restrict vy, int64_t 
 static void from_float_q8_1(const float *restrict x, void *restrict vy, int64_t n) {
   blk_q8_1 *y = vy;
   for (int64_t b = 0; b < n / 32; b++) {
+    prefetch(&x[b], sizeof *x);
     float d;
     int sum = quant32(x + 32 * b, y[b].qs, &y[b].d, &d);
     y[b].s = _cvtss_sh(d * (float)sum, _MM_FROUND_TO_NEAREST_INT);
@@ -233,6 +243,7 @@ static void vec_dot_q4_0(int64_t n, float *restrict s, const void *restrict vx, 
   const blk_q8_0 *y = vy;
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / 32; b++) {
+    prefetch(&x[b], sizeof *x);
     __m256i q = _mm256_sub_epi8(nibbles(x[b].qs), _mm256_set1_epi8(8));
     __m256i si = dot_ss(q, _mm256_loadu_si256((const __m256i *)y[b].qs));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(f16(x[b].d) * f16(y[b].d)), acc);
@@ -246,6 +257,7 @@ static void vec_dot_q4_1(int64_t n, float *restrict s, const void *restrict vx, 
   __m256 acc = _mm256_setzero_ps();
   float sm = 0;
   for (int64_t b = 0; b < n / 32; b++) {
+    prefetch(&x[b], sizeof *x);
     __m256i si = dot_us(nibbles(x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(f16(x[b].d) * f16(y[b].d)), acc);
     sm += f16(x[b].m) * f16(y[b].s);
@@ -258,6 +270,7 @@ static void vec_dot_q5_0(int64_t n, float *restrict s, const void *restrict vx, 
   const blk_q8_0 *y = vy;
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / 32; b++) {
+    prefetch(&x[b], sizeof *x);
     __m256i q = _mm256_sub_epi8(_mm256_or_si256(nibbles(x[b].qs), q5_high(x[b].qh)), _mm256_set1_epi8(16));
     __m256i si = dot_ss(q, _mm256_loadu_si256((const __m256i *)y[b].qs));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(f16(x[b].d) * f16(y[b].d)), acc);
@@ -271,6 +284,7 @@ static void vec_dot_q5_1(int64_t n, float *restrict s, const void *restrict vx, 
   __m256 acc = _mm256_setzero_ps();
   float sm = 0;
   for (int64_t b = 0; b < n / 32; b++) {
+    prefetch(&x[b], sizeof *x);
     __m256i q = _mm256_or_si256(nibbles(x[b].qs), q5_high(x[b].qh));
     __m256i si = dot_us(q, _mm256_loadu_si256((const __m256i *)y[b].qs));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(f16(x[b].d) * f16(y[b].d)), acc);
@@ -284,6 +298,7 @@ static void vec_dot_q8_0(int64_t n, float *restrict s, const void *restrict vx, 
   const blk_q8_0 *y = vy;
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / 32; b++) {
+    prefetch(&x[b], sizeof *x);
     __m256i si = dot_ss(_mm256_loadu_si256((const __m256i *)x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(f16(x[b].d) * f16(y[b].d)), acc);
   }
@@ -307,6 +322,7 @@ static void vec_dot_q4_K(int64_t n, float *restrict s, const void *restrict vx, 
   const __m256i m4 = _mm256_set1_epi8(15);
   __m256 acc = _mm256_setzero_ps(), accm = acc;
   for (int64_t b = 0; b < n / QK_K; b++) {
+    prefetch(&x[b], sizeof *x);
     uint64_t sc8, mn8;
     qi_k4_scales(x[b].scales, &sc8, &mn8);
     int sc[8];
@@ -334,6 +350,7 @@ static void vec_dot_q5_K(int64_t n, float *restrict s, const void *restrict vx, 
   const __m256i m4 = _mm256_set1_epi8(15), k16 = _mm256_set1_epi8(16);
   __m256 acc = _mm256_setzero_ps(), accm = acc;
   for (int64_t b = 0; b < n / QK_K; b++) {
+    prefetch(&x[b], sizeof *x);
     uint64_t sc8, mn8;
     qi_k4_scales(x[b].scales, &sc8, &mn8);
     int sc[8];
@@ -381,6 +398,7 @@ static void vec_dot_q6_K(int64_t n, float *restrict s, const void *restrict vx, 
   const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / QK_K; b++) {
+    prefetch(&x[b], sizeof *x);
     const int8_t *sc = x[b].scales;
     __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
     __m256i si = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(scale_bsums(sc16, &y[b]), 5));
@@ -412,6 +430,7 @@ static void vec_dot_q2_K(int64_t n, float *restrict s, const void *restrict vx, 
   const __m256i m3 = _mm256_set1_epi8(3);
   __m256 acc = _mm256_setzero_ps(), accm = acc;
   for (int64_t b = 0; b < n / QK_K; b++) {
+    prefetch(&x[b], sizeof *x);
     __m128i s8 = _mm_loadu_si128((const __m128i *)x[b].scales);
     __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), _mm_set1_epi8(15)));
     __m256i si = _mm256_setzero_si256();
@@ -435,6 +454,7 @@ static void vec_dot_q3_K(int64_t n, float *restrict s, const void *restrict vx, 
   const __m256i m3 = _mm256_set1_epi8(3), k4 = _mm256_set1_epi8(4);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / QK_K; b++) {
+    prefetch(&x[b], sizeof *x);
     __m128i sv = q3k_scales(x[b].scales);
     uint8_t s8[16];
     _mm_storeu_si128((__m128i *)s8, sv);

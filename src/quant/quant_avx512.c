@@ -21,6 +21,7 @@ static void vec_dot_f32(int64_t n, float *restrict s, const void *restrict vx, c
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
+    qi_prefetch(x + i, 256);
     a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), a0);
     a1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(y + i + 16), a1);
     a2 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 32), _mm512_loadu_ps(y + i + 32), a2);
@@ -41,6 +42,7 @@ static void vec_dot_f16(int64_t n, float *restrict s, const void *restrict vx, c
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
+    qi_prefetch(x + i, 128);
     a0 = _mm512_fmadd_ps(ld_f16(x + i), ld_f16(y + i), a0);
     a1 = _mm512_fmadd_ps(ld_f16(x + i + 16), ld_f16(y + i + 16), a1);
     a2 = _mm512_fmadd_ps(ld_f16(x + i + 32), ld_f16(y + i + 32), a2);
@@ -60,6 +62,7 @@ static void vec_dot_bf16(int64_t n, float *restrict s, const void *restrict vx, 
   __m512 a0 = _mm512_setzero_ps(), a1 = a0;
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
+    qi_prefetch(x + i, 128);
     a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(x + i), (__m512bh)_mm512_loadu_si512(y + i));
     a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(x + i + 32), (__m512bh)_mm512_loadu_si512(y + i + 32));
   }
@@ -203,6 +206,7 @@ static void vec_dot_q4_0(int64_t n, float *restrict s, const void *restrict vx, 
   __m512 acc = _mm512_setzero_ps();
   int64_t b = 0;
   for (; b + 4 <= nb; b += 4) {
+    qi_prefetch(&x[b], 4 * sizeof *x);
     __m512i q = load4x128(x[b].qs, sizeof(blk_q4_0)), ya, yb;
     load4x256(y[b].qs, sizeof(blk_q8_0), &ya, &yb);
     __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
@@ -223,6 +227,7 @@ static void vec_dot_q8_0(int64_t n, float *restrict s, const void *restrict vx, 
   __m512 acc = _mm512_setzero_ps();
   int64_t b = 0;
   for (; b + 4 <= nb; b += 4) {
+    qi_prefetch(&x[b], 4 * sizeof *x);
     __m512i xa, xb, ya, yb;
     load4x256(x[b].qs, sizeof(blk_q8_0), &xa, &xb);
     load4x256(y[b].qs, sizeof(blk_q8_0), &ya, &yb);
@@ -246,6 +251,7 @@ static void vec_dot_q5_0(int64_t n, float *restrict s, const void *restrict vx, 
   __m512 acc = _mm512_setzero_ps();
   int64_t b = 0;
   for (; b + 4 <= nb; b += 4) {
+    qi_prefetch(&x[b], 4 * sizeof *x);
     __m512i q = load4x128(x[b].qs, sizeof(blk_q5_0)), ya, yb;
     load4x256(y[b].qs, sizeof(blk_q8_0), &ya, &yb);
     __mmask64 mlo, mhi;
@@ -270,6 +276,7 @@ static void vec_dot_q4_1(int64_t n, float *restrict s, const void *restrict vx, 
   __m512 acc = _mm512_setzero_ps(), accm = acc;
   int64_t b = 0;
   for (; b + 4 <= nb; b += 4) {
+    qi_prefetch(&x[b], 4 * sizeof *x);
     __m512i q = load4x128(x[b].qs, sizeof(blk_q4_1)), ya, yb;
     load4x256(y[b].qs, sizeof(blk_q8_1), &ya, &yb);
     __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
@@ -291,6 +298,7 @@ static void vec_dot_q5_1(int64_t n, float *restrict s, const void *restrict vx, 
   __m512 acc = _mm512_setzero_ps(), accm = acc;
   int64_t b = 0;
   for (; b + 4 <= nb; b += 4) {
+    qi_prefetch(&x[b], 4 * sizeof *x);
     __m512i q = load4x128(x[b].qs, sizeof(blk_q5_1)), ya, yb;
     load4x256(y[b].qs, sizeof(blk_q8_1), &ya, &yb);
     __mmask64 mlo, mhi;
@@ -363,6 +371,7 @@ static void vec_dot_q4_K(int64_t n, float *restrict s, const void *restrict vx, 
   __m512 acc = _mm512_setzero_ps();
   __m256 accm = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / QK_K; b++) {
+    qi_prefetch(&x[b], sizeof *x);
     uint64_t sc, mn;
     qi_k4_scales(x[b].scales, &sc, &mn);
     __m512i q0 = _mm512_loadu_si512(x[b].qs), q1 = _mm512_loadu_si512(x[b].qs + 64);
@@ -388,6 +397,7 @@ static void vec_dot_q5_K(int64_t n, float *restrict s, const void *restrict vx, 
   __m512 acc = _mm512_setzero_ps();
   __m256 accm = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / QK_K; b++) {
+    qi_prefetch(&x[b], sizeof *x);
     uint64_t sc, mn;
     qi_k4_scales(x[b].scales, &sc, &mn);
     __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[b].qh));
@@ -423,6 +433,7 @@ static void vec_dot_q6_K(int64_t n, float *restrict s, const void *restrict vx, 
   const __m512i sh_b = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
   __m512 acc = _mm512_setzero_ps();
   for (int64_t b = 0; b < n / QK_K; b++) {
+    qi_prefetch(&x[b], sizeof *x);
     __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
     __m512i sc = _mm512_castsi256_si512(sc16);
     __m512i si = _mm512_sub_epi32(_mm512_setzero_si512(), group_offset(sc16, &y[b], 5));
@@ -459,6 +470,7 @@ static void vec_dot_q2_K(int64_t n, float *restrict s, const void *restrict vx, 
   __m512 acc = _mm512_setzero_ps();
   __m256 accm = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / QK_K; b++) {
+    qi_prefetch(&x[b], sizeof *x);
     __m128i s8 = _mm_loadu_si128((const __m128i *)x[b].scales);
     __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(s8, m4));
     __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), m4));
@@ -482,6 +494,7 @@ static void vec_dot_q3_K(int64_t n, float *restrict s, const void *restrict vx, 
   const __m512i hb[4] = {bytes2(0x01, 0x10), bytes2(0x02, 0x20), bytes2(0x04, 0x40), bytes2(0x08, 0x80)};
   __m512 acc = _mm512_setzero_ps();
   for (int64_t b = 0; b < n / QK_K; b++) {
+    qi_prefetch(&x[b], sizeof *x);
     __m256i sc16 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(q3k_scales(x[b].scales)), _mm256_set1_epi16(32));
     __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[b].hmask));
     __m512i qs = _mm512_loadu_si512(x[b].qs), q[4];

@@ -7,6 +7,17 @@
 
 #include "quant/quant_internal.h"
 
+// Software prefetch of weight rows streamed from DRAM: the loops are long
+// enough that the out-of-order window alone keeps too few lines in flight.
+#ifndef QI_PF_DIST
+#define QI_PF_DIST 4096
+#endif
+// always_inline: gcc may otherwise judge a function of prefetches pure and drop it
+static inline __attribute__((always_inline)) void qi_prefetch(const void *p, size_t bytes) {
+  const char *c = (const char *)p + QI_PF_DIST;
+  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(c + o, _MM_HINT_T0);
+}
+
 // full unroll of the small constant loops of register tiles (gcc and clang)
 #define QI_UNROLL _Pragma("GCC unroll 8")
 

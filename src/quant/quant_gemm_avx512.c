@@ -47,19 +47,20 @@ static bool fam_a_of(quant_type t, fam_a *f) {
   }
 }
 
-// One weight step (4 whole blocks at p) to dst.
-static inline void pack_w_step(quant_type t, const char *p, char *dst) {
+// One weight step (4 whole blocks at p): codes (low halves, high halves),
+// scales, and for the min types the mins in lanes 4i.
+static inline __attribute__((always_inline)) void load_w_step(quant_type t, const char *p, __m512i *lo, __m512i *hi,
+                                                              __m512 *d, __m512 *m) {
   const __m512i m4 = _mm512_set1_epi8(15), k16 = _mm512_set1_epi8(16);
-  __m512i lo, hi;
-  __m512 d, m = _mm512_setzero_ps();
+  *m = _mm512_setzero_ps();
   switch (t) {
     case QT_Q8_0: {
       const blk_q8_0 *x = (const blk_q8_0 *)p;
-      load4x256(x->qs, sizeof *x, &lo, &hi);
+      load4x256(x->qs, sizeof *x, lo, hi);
       const __m512i k80 = _mm512_set1_epi8((char)0x80);
-      lo = _mm512_xor_si512(lo, k80);
-      hi = _mm512_xor_si512(hi, k80);
-      d = f16x4(&x->d, sizeof *x);
+      *lo = _mm512_xor_si512(*lo, k80);
+      *hi = _mm512_xor_si512(*hi, k80);
+      *d = f16x4(&x->d, sizeof *x);
       break;
     }
     case QT_Q4_0: case QT_Q4_1: case QT_Q5_0: case QT_Q5_1: {
@@ -67,20 +68,26 @@ static inline void pack_w_step(quant_type t, const char *p, char *dst) {
                 : t == QT_Q5_0 ? sizeof(blk_q5_0) : sizeof(blk_q5_1);
       size_t qoff = t == QT_Q4_0 ? 2 : t == QT_Q4_1 ? 4 : t == QT_Q5_0 ? 6 : 8;
       __m512i q = load4x128(p + qoff, bs);
-      lo = _mm512_and_si512(q, m4);
-      hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+      *lo = _mm512_and_si512(q, m4);
+      *hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
       if (t == QT_Q5_0 || t == QT_Q5_1) {
         __mmask64 mlo, mhi;
         q5_masks((const uint8_t *)p + qoff - 4, bs, &mlo, &mhi);
-        lo = _mm512_mask_add_epi8(lo, mlo, lo, k16);
-        hi = _mm512_mask_add_epi8(hi, mhi, hi, k16);
+        *lo = _mm512_mask_add_epi8(*lo, mlo, *lo, k16);
+        *hi = _mm512_mask_add_epi8(*hi, mhi, *hi, k16);
       }
-      d = f16x4(p, (int)bs);
-      if (t == QT_Q4_1 || t == QT_Q5_1) m = _mm512_maskz_mov_ps(0x1111, f16x4(p + 2, (int)bs));
+      *d = f16x4(p, (int)bs);
+      if (t == QT_Q4_1 || t == QT_Q5_1) *m = _mm512_maskz_mov_ps(0x1111, f16x4(p + 2, (int)bs));
       break;
     }
-    default: MOLE_ASSERT(0 && "pack_w_step: type");
+    default: MOLE_ASSERT(0 && "load_w_step: type");
   }
+}
+
+static inline void pack_w_step(quant_type t, const char *p, char *dst) {
+  __m512i lo, hi;
+  __m512 d, m;
+  load_w_step(t, p, &lo, &hi, &d, &m);
   _mm512_storeu_si512(dst, lo);
   _mm512_storeu_si512(dst + 64, hi);
   _mm512_storeu_ps(dst + 128, d);
@@ -147,27 +154,28 @@ static inline void store_tile(__m512 acc[TT][TR], float *Y, int64_t ldy, int64_t
 // token stride xts.
 static inline __attribute__((always_inline)) void kern_a(const char *wp, size_t wsz, const char *xp, size_t xts,
                                                          int64_t ns, bool min, __m512 acc[TT][TR]) {
-  for (int t = 0; t < TT; t++)
-    for (int r = 0; r < TR; r++) acc[t][r] = _mm512_setzero_ps();
+  __m512 a[TT][TR];
+  QI_UNROLL for (int t = 0; t < TT; t++) QI_UNROLL for (int r = 0; r < TR; r++) a[t][r] = _mm512_setzero_ps();
   for (int64_t s = 0; s < ns; s++) {
     const char *ws = wp + s * wsz, *xs = xp + s * A_XSZ;
-    for (int r = 0; r < TR; r++) {
+    QI_UNROLL for (int r = 0; r < TR; r++) {
       const char *w = ws + r * ns * wsz;
-      __m512i a = _mm512_loadu_si512(w), b = _mm512_loadu_si512(w + 64);
+      __m512i lo = _mm512_loadu_si512(w), hi = _mm512_loadu_si512(w + 64);
       __m512 d = _mm512_loadu_ps((const float *)(w + 128));
-      for (int t = 0; t < TT; t++) {
+      QI_UNROLL for (int t = 0; t < TT; t++) {
         const char *x = xs + t * xts;
         __m512i i = min ? _mm512_setzero_si512() : _mm512_loadu_si512(x + 192);
-        i = _mm512_dpbusd_epi32(i, a, _mm512_loadu_si512(x));
-        i = _mm512_dpbusd_epi32(i, b, _mm512_loadu_si512(x + 64));
+        i = _mm512_dpbusd_epi32(i, lo, _mm512_loadu_si512(x));
+        i = _mm512_dpbusd_epi32(i, hi, _mm512_loadu_si512(x + 64));
         __m512 dd = _mm512_mul_ps(d, _mm512_loadu_ps((const float *)(x + 128)));
-        acc[t][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), dd, acc[t][r]);
+        a[t][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), dd, a[t][r]);
         if (min)
-          acc[t][r] = _mm512_fmadd_ps(_mm512_loadu_ps((const float *)(w + 192)),
-                                      _mm512_loadu_ps((const float *)(x + 192)), acc[t][r]);
+          a[t][r] = _mm512_fmadd_ps(_mm512_loadu_ps((const float *)(w + 192)), _mm512_loadu_ps((const float *)(x + 192)),
+                                    a[t][r]);
       }
     }
   }
+  QI_UNROLL for (int t = 0; t < TT; t++) QI_UNROLL for (int r = 0; r < TR; r++) acc[t][r] = a[t][r];
 }
 
 static void __attribute__((noinline)) kern_a_off(const char *wp, const char *xp, size_t xts, int64_t ns,
@@ -177,6 +185,51 @@ static void __attribute__((noinline)) kern_a_off(const char *wp, const char *xp,
 static void __attribute__((noinline)) kern_a_min(const char *wp, const char *xp, size_t xts, int64_t ns,
                                                  __m512 acc[TT][TR]) {
   kern_a(wp, 256, xp, xts, ns, true, acc);
+}
+
+// One token (decode): the activation row is packed once, each weight row is
+// read once and unpacked in registers.
+static inline __attribute__((always_inline)) void gemv_a_rows(quant_type wt, const fam_a *f, const char *W,
+                                                              size_t wstride, const char *xp, float *Y, int64_t i0,
+                                                              int64_t i1, int64_t nb) {
+  const int64_t nfull = nb / 4, nsteps = (nb + 3) / 4;
+  for (int64_t i = i0; i < i1; i++) {
+    const char *row = W + i * wstride;
+    __m512 acc = _mm512_setzero_ps(), accm = acc;
+    for (int64_t s = 0; s < nsteps; s++) {
+      const char *x = xp + s * A_XSZ, *p = row + 4 * s * f->bsz;
+      qi_prefetch(p, 4 * f->bsz);
+      char tmp[4 * 36];
+      if (s == nfull) {  // partial last step: zero blocks
+        memset(tmp, 0, sizeof tmp);
+        memcpy(tmp, p, (size_t)(nb - 4 * s) * f->bsz);
+        p = tmp;
+      }
+      __m512i lo, hi;
+      __m512 d, m;
+      load_w_step(wt, p, &lo, &hi, &d, &m);
+      __m512i si = f->min ? _mm512_setzero_si512() : _mm512_loadu_si512(x + 192);
+      si = _mm512_dpbusd_epi32(si, lo, _mm512_loadu_si512(x));
+      si = _mm512_dpbusd_epi32(si, hi, _mm512_loadu_si512(x + 64));
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_mul_ps(d, _mm512_loadu_ps((const float *)(x + 128))), acc);
+      if (f->min) accm = _mm512_fmadd_ps(m, _mm512_loadu_ps((const float *)(x + 192)), accm);
+    }
+    Y[i] = _mm512_reduce_add_ps(_mm512_add_ps(acc, accm));
+  }
+}
+
+static void gemv_a(quant_type wt, const fam_a *f, const char *W, size_t wstride, const char *X, float *Y, int64_t i0,
+                   int64_t i1, int64_t k) {
+  const int64_t nb = k / 32, nsteps = (nb + 3) / 4;
+  char *xp = quant_scratch((size_t)nsteps * A_XSZ);
+  pack_x_row(f->min, f->off, X, nb, 0, nsteps, xp);
+  switch (wt) {  // one instantiation per type: the step decoder is inlined
+    case QT_Q4_0: gemv_a_rows(QT_Q4_0, f, W, wstride, xp, Y, i0, i1, nb); break;
+    case QT_Q5_0: gemv_a_rows(QT_Q5_0, f, W, wstride, xp, Y, i0, i1, nb); break;
+    case QT_Q8_0: gemv_a_rows(QT_Q8_0, f, W, wstride, xp, Y, i0, i1, nb); break;
+    case QT_Q4_1: gemv_a_rows(QT_Q4_1, f, W, wstride, xp, Y, i0, i1, nb); break;
+    default: gemv_a_rows(QT_Q5_1, f, W, wstride, xp, Y, i0, i1, nb); break;
+  }
 }
 
 static void gemm_a(quant_type wt, const fam_a *f, const char *W, size_t wstride, const char *X, size_t xstride,
@@ -328,20 +381,20 @@ static void pack_k_row(quant_type t, const char *row, int64_t sb0, int64_t nsb, 
 // 4x4 tile over nsb super-blocks; y[t]: the tokens' q8_K blocks of this chunk.
 static void __attribute__((noinline)) kern_k(const char *wp, const blk_q8_K *const y[TT], int64_t nsb,
                                              __m512 acc[TT][TR]) {
-  for (int t = 0; t < TT; t++)
-    for (int r = 0; r < TR; r++) acc[t][r] = _mm512_setzero_ps();
+  __m512 a[TT][TR];
+  QI_UNROLL for (int t = 0; t < TT; t++) QI_UNROLL for (int r = 0; r < TR; r++) a[t][r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nsb; b++) {
     __m512 bs[TT], dy[TT];
-    for (int t = 0; t < TT; t++) {
+    QI_UNROLL for (int t = 0; t < TT; t++) {
       bs[t] = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)y[t][b].bsums)));
       dy[t] = _mm512_set1_ps(y[t][b].d);
     }
-    for (int r = 0; r < TR; r++) {
+    QI_UNROLL for (int r = 0; r < TR; r++) {
       const char *w = wp + (r * nsb + b) * K_WSZ;
       __m512i q0 = _mm512_loadu_si512(w), q1 = _mm512_loadu_si512(w + 64);
       __m512i q2 = _mm512_loadu_si512(w + 128), q3 = _mm512_loadu_si512(w + 192);
       const float *sc = (const float *)(w + 256);
-      for (int t = 0; t < TT; t++) {
+      QI_UNROLL for (int t = 0; t < TT; t++) {
         const int8_t *yq = y[t][b].qs;
         const __m512i z = _mm512_setzero_si512();
         __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, q0, _mm512_loadu_si512(yq))),
@@ -353,10 +406,11 @@ static void __attribute__((noinline)) kern_k(const char *wp, const blk_q8_K *con
         f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, q3, _mm512_loadu_si512(yq + 192))),
                             _mm512_loadu_ps(sc + 48), f);
         f = _mm512_fnmadd_ps(_mm512_loadu_ps(sc + 64), bs[t], f);
-        acc[t][r] = _mm512_fmadd_ps(f, dy[t], acc[t][r]);
+        a[t][r] = _mm512_fmadd_ps(f, dy[t], a[t][r]);
       }
     }
   }
+  QI_UNROLL for (int t = 0; t < TT; t++) QI_UNROLL for (int r = 0; r < TR; r++) acc[t][r] = a[t][r];
 }
 
 static void gemm_k(quant_type wt, const char *W, size_t wstride, const char *X, size_t xstride, float *Y,
@@ -483,12 +537,15 @@ static void gemm_f(quant_type wt, const char *W, size_t wstride, const char *X, 
 
 bool quant_gemm_avx512(quant_type wt, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
                        int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k) {
-  if (n_tok < 2) return false;  // decode: vec_dot streams the rows once
   fam_a f;
   if (fam_a_of(wt, &f)) {
-    gemm_a(wt, &f, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k);
+    if (n_tok == 1)
+      gemv_a(wt, &f, W, wstride, X, Y, i0, i1, k);
+    else
+      gemm_a(wt, &f, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k);
     return true;
   }
+  if (n_tok < 2) return false;  // decode: vec_dot streams each row once
   switch (wt) {
     case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: case QT_Q2_K: case QT_Q3_K:
       gemm_k(wt, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k);
