@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -29,8 +30,22 @@ const char *mole_last_error(void);
 // ---- model ----------------------------------------------------------------
 typedef struct mole_model mole_model;
 
+// Expert offloading (HOBBIT): where expert weights live and how they move.
+typedef struct mole_offload_params {
+  int64_t expert_budget;       // RAM for experts in bytes; 0 = all resident (mmap); -1 = auto (default:
+                               // resident when the model fits in available memory / the cgroup limit)
+  double expert_budget_frac;   // > 0: budget as a fraction of the experts' bytes (overrides expert_budget)
+  const char *cache_policy;    // lru | lfu | lhu | fld | hobbit (default hobbit)
+  float cache_weights[4];      // w_lru, w_lfu, w_lhu, w_fld summing to 1; all 0 = the defaults
+  const char *io;              // "uring" | "pread" | NULL = uring when available
+  float t1, t2;                // precision thresholds; 1, 1 = every chosen expert in high precision
+  int prefetch_depth;          // layers predicted ahead; -1 = adaptive (default), 0 = off
+  const char *trace_routing;   // write the routing trace here (NULL = none)
+} mole_offload_params;
+
 typedef struct mole_model_params {
   int n_threads;  // default 0 = number of online CPUs
+  mole_offload_params offload;
 } mole_model_params;
 
 mole_model_params mole_model_default_params(void);
@@ -44,6 +59,9 @@ const char *mole_model_arch(const mole_model *m);
 uint64_t mole_model_active_bytes(const mole_model *m);
 // One line summary: "arch, n_layer, n_embd, experts, type, size".
 void mole_model_describe(const mole_model *m, char *buf, size_t n);
+// Offload statistics (hits/misses per precision, skips, bytes read, stall
+// time, prediction accuracy, resident bytes) as text.
+void mole_model_print_stats(const mole_model *m, FILE *f);
 
 // ---- session (one sequence, its KV cache and scratch) -------------------
 typedef struct mole_session mole_session;

@@ -3,6 +3,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "experts/experts.h"
 #include "kv/kv.h"
 #include "model/model.h"
 
@@ -14,7 +15,12 @@ struct mole_session {
   int64_t n_past;
 };
 
-mole_model_params mole_model_default_params(void) { return (mole_model_params){.n_threads = 0}; }
+mole_model_params mole_model_default_params(void) {
+  return (mole_model_params){
+      .n_threads = 0,
+      .offload = {.expert_budget = -1, .cache_policy = "hobbit", .t1 = 1.0f, .t2 = 1.0f, .prefetch_depth = -1},
+  };
+}
 
 static int default_threads(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -26,10 +32,14 @@ mole_status mole_model_load(const char *path, const mole_model_params *params, m
   if (p.n_threads < 0 || p.n_threads > 1024)
     return mole_errorf(MOLE_ERR_ARG, "threads: %d is out of range (0 = all cores, up to 1024)", p.n_threads);
   if (!out) return mole_errorf(MOLE_ERR_ARG, "mole_model_load: out is NULL");
-  return model_load(path, p.n_threads ? p.n_threads : default_threads(), out);
+  return model_load(path, p.n_threads ? p.n_threads : default_threads(), &p.offload, out);
 }
 
 void mole_model_free(mole_model *m) { model_free(m); }
+
+void mole_model_print_stats(const mole_model *m, FILE *f) {
+  if (m->experts) experts_print_stats(m->experts, f);
+}
 int64_t mole_model_n_vocab(const mole_model *m) { return m->hp.n_vocab; }
 int64_t mole_model_n_ctx_train(const mole_model *m) { return m->hp.n_ctx_train; }
 const char *mole_model_arch(const mole_model *m) { return m->arch_name; }

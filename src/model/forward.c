@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "experts/experts.h"
 #include "kv/kv.h"
 #include "model/ops.h"
 
@@ -29,8 +30,10 @@ struct model_scratch {
   float *router;      // [n_batch][n_expert] logits, then probabilities
   int32_t *sel;       // [n_batch][n_expert_used] chosen experts
   float *selw;        // [n_batch][n_expert_used] their weights
-  int64_t *exp_cnt;   // [n_expert] tokens routed to each expert
-  int64_t *exp_off;   // [n_expert] first assignment slot of each expert
+  uint8_t *prec;      // [n_batch][n_expert_used] precision of each choice
+  int64_t *grp_cnt;   // [2*n_expert] slots of each (expert, precision) group
+  int64_t *grp_off;   // [2*n_expert] first slot of each group
+  expert_view *views; // [2*n_expert] weights of each group in use
   int64_t *slot_tok;  // [n_assign_max] token of each assignment slot
   int64_t *tok_slot;  // [n_batch][n_expert_used] slot of each (token, choice)
   ops_mm *tasks;      // [2*n_expert + 4]
@@ -72,11 +75,13 @@ mole_status model_scratch_new(const mole_model *m, int64_t n_batch, int64_t n_ct
   ALLOC(s->router, B * X);
   ALLOC(s->sel, B * U);
   ALLOC(s->selw, B * U);
-  ALLOC(s->exp_cnt, X);
-  ALLOC(s->exp_off, X);
+  ALLOC(s->prec, B * U);
+  ALLOC(s->grp_cnt, 2 * X);
+  ALLOC(s->grp_off, 2 * X);
+  ALLOC(s->views, 2 * X);
   ALLOC(s->slot_tok, A);
   ALLOC(s->tok_slot, B * U);
-  ALLOC(s->tasks, 2 * X + 4);
+  ALLOC(s->tasks, 4 * X + 4);
 #undef ALLOC
   if (!ok) {
     model_scratch_free(s);
@@ -89,7 +94,7 @@ mole_status model_scratch_new(const mole_model *m, int64_t n_batch, int64_t n_ct
 void model_scratch_free(model_scratch *s) {
   if (!s) return;
   void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->y, s->sh, s->scores, s->qrow, s->vacc, s->xq, s->hq,
-                  s->ff_g, s->ff_u, s->ff_o, s->router, s->sel, s->selw, s->exp_cnt, s->exp_off, s->slot_tok,
+                  s->ff_g, s->ff_u, s->ff_o, s->router, s->sel, s->selw, s->prec, s->grp_cnt, s->grp_off, s->views, s->slot_tok,
                   s->tok_slot, s->tasks};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mole_aligned_free(bufs[i]);
   mole_free(s);
@@ -281,71 +286,105 @@ static void route(const model_hparams *hp, model_scratch *s, int64_t n) {
   }
 }
 
-static void moe_ffn(mole_model *m, model_scratch *s, const model_layer *ly, int64_t n) {
+// Routed experts. (token, choice) pairs are grouped by (expert, precision) so
+// each expert's matrices are read once per batch; the provider supplies the
+// weights (mapped, or from its RAM cache) and the plan says which precision
+// each choice gets, or that it is skipped.
+static mole_status moe_ffn(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
   const model_hparams *hp = &m->hp;
-  const int64_t E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, F = hp->n_ff_exp;
+  const model_layer *ly = &m->layers[il];
+  const int64_t E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, F = hp->n_ff_exp, G = 2 * X;
   // router logits [n][X]
   convert_for(m, s, &ly->gate_inp, s->xn, E, n, E, s->xq);
   ops_mm tr = mm_of(&ly->gate_inp, 0, s->xq, s->q_row, n, s->router, X);
   ops_mm_run(m->pool, &tr, 1);
   route(hp, s, n);
-  // group (token, choice) pairs by expert: slots [exp_off[e], exp_off[e]+exp_cnt[e])
-  memset(s->exp_cnt, 0, (size_t)X * sizeof *s->exp_cnt);
-  for (int64_t i = 0; i < n * K; i++) s->exp_cnt[s->sel[i]]++;
+  if (n == 1) experts_predict(m->experts, il, s->xn);
+  experts_plan(m->experts, il, n, K, s->sel, s->selw, s->prec);
+  // groups g = 2*expert + precision: slots [grp_off[g], grp_off[g]+grp_cnt[g])
+  memset(s->grp_cnt, 0, (size_t)G * sizeof *s->grp_cnt);
+  for (int64_t i = 0; i < n * K; i++)
+    if (s->prec[i] != EXPERT_SKIP) s->grp_cnt[2 * s->sel[i] + s->prec[i]]++;
   int64_t off = 0;
-  for (int64_t e = 0; e < X; e++) {
-    s->exp_off[e] = off;
-    off += s->exp_cnt[e];
-    s->exp_cnt[e] = 0;
+  for (int64_t g = 0; g < G; g++) {
+    s->grp_off[g] = off;
+    off += s->grp_cnt[g];
+    s->grp_cnt[g] = 0;
   }
+  const int64_t n_slots = off;
   for (int64_t i = 0; i < n * K; i++) {
-    const int32_t e = s->sel[i];
-    const int64_t slot = s->exp_off[e] + s->exp_cnt[e]++;
+    s->tok_slot[i] = -1;
+    if (s->prec[i] == EXPERT_SKIP) continue;
+    const int64_t g = 2 * s->sel[i] + s->prec[i];
+    const int64_t slot = s->grp_off[g] + s->grp_cnt[g]++;
     s->slot_tok[slot] = i / K;
     s->tok_slot[i] = slot;
   }
-  // gather the tokens' converted rows in slot order (gate and up share the type)
-  MOLE_ASSERT(ops_vec_type(&ly->gate_exps) == ops_vec_type(&ly->up_exps));
-  const quant_type vt = ops_vec_type(&ly->gate_exps);
-  const size_t rb = quant_row_size(vt, E);
-  convert_for(m, s, &ly->gate_exps, s->xn, E, n, E, s->hq);
-  for (int64_t a = 0; a < n * K; a++)
-    memcpy((char *)s->xq + (size_t)a * s->q_row, (const char *)s->hq + (size_t)s->slot_tok[a] * s->q_row, rb);
+  // weights of every group in use; pinned until experts_layer_done
+  for (int64_t g = 0; g < G; g++) {
+    if (!s->grp_cnt[g]) continue;
+    mole_status st = experts_get(m->experts, il, (int32_t)(g / 2), (expert_prec)(g % 2), &s->views[g]);
+    if (st) {
+      experts_layer_done(m->experts, il);
+      return st;
+    }
+  }
+  // the tokens' input rows in slot order, converted for each group's gate type
+  // (two conversions at most: one per precision)
+  quant_type conv_t[2] = {QT_COUNT, QT_COUNT};
+  for (int64_t g = 0; g < G; g++) {
+    if (!s->grp_cnt[g]) continue;
+    const quant_type vt = ops_vec_type(&s->views[g].gate);
+    MOLE_ASSERT(vt == ops_vec_type(&s->views[g].up));
+    int c = conv_t[0] == vt ? 0 : conv_t[1] == vt ? 1 : conv_t[0] == QT_COUNT ? 0 : 1;
+    if (conv_t[c] != vt) {
+      MOLE_ASSERT(conv_t[c] == QT_COUNT);
+      conv_t[c] = vt;
+      ops_convert_rows(m->pool, vt, s->xn, E, n, E, c == 0 ? s->hq : (char *)s->hq + (size_t)n * s->q_row, s->q_row);
+    }
+    const char *src = c == 0 ? s->hq : (char *)s->hq + (size_t)n * s->q_row;
+    const size_t rb = quant_row_size(vt, E);
+    for (int64_t a = s->grp_off[g]; a < s->grp_off[g] + s->grp_cnt[g]; a++)
+      memcpy((char *)s->xq + (size_t)a * s->q_row, src + (size_t)s->slot_tok[a] * s->q_row, rb);
+  }
   int64_t nt = 0;
-  for (int64_t e = 0; e < X; e++) {
-    if (!s->exp_cnt[e]) continue;
-    const size_t o = (size_t)s->exp_off[e];
-    s->tasks[nt++] = mm_of(&ly->gate_exps, e, (char *)s->xq + o * s->q_row, s->q_row, s->exp_cnt[e],
+  for (int64_t g = 0; g < G; g++) {
+    if (!s->grp_cnt[g]) continue;
+    const size_t o = (size_t)s->grp_off[g];
+    s->tasks[nt++] = mm_of(&s->views[g].gate, 0, (char *)s->xq + o * s->q_row, s->q_row, s->grp_cnt[g],
                            s->ff_g + o * (size_t)F, F);
-    s->tasks[nt++] = mm_of(&ly->up_exps, e, (char *)s->xq + o * s->q_row, s->q_row, s->exp_cnt[e],
+    s->tasks[nt++] = mm_of(&s->views[g].up, 0, (char *)s->xq + o * s->q_row, s->q_row, s->grp_cnt[g],
                            s->ff_u + o * (size_t)F, F);
   }
   ops_mm_run(m->pool, s->tasks, nt);
-  for (int64_t a = 0; a < n * K; a++) ops_swiglu(s->ff_g + a * F, s->ff_g + a * F, s->ff_u + a * F, F);
-  convert_for(m, s, &ly->down_exps, s->ff_g, F, n * K, F, s->hq);
+  for (int64_t a = 0; a < n_slots; a++) ops_swiglu(s->ff_g + a * F, s->ff_g + a * F, s->ff_u + a * F, F);
   nt = 0;
-  for (int64_t e = 0; e < X; e++) {
-    if (!s->exp_cnt[e]) continue;
-    const size_t o = (size_t)s->exp_off[e];
-    s->tasks[nt++] = mm_of(&ly->down_exps, e, (char *)s->hq + o * s->q_row, s->q_row, s->exp_cnt[e],
+  for (int64_t g = 0; g < G; g++) {
+    if (!s->grp_cnt[g]) continue;
+    const size_t o = (size_t)s->grp_off[g];
+    convert_for(m, s, &s->views[g].down, s->ff_g + o * (size_t)F, F, s->grp_cnt[g], F,
+                (char *)s->hq + o * s->q_row);
+    s->tasks[nt++] = mm_of(&s->views[g].down, 0, (char *)s->hq + o * s->q_row, s->q_row, s->grp_cnt[g],
                            s->ff_o + o * (size_t)E, E);
   }
   ops_mm_run(m->pool, s->tasks, nt);
+  experts_layer_done(m->experts, il);
   // weighted sum in the router's order, as llama.cpp adds the expert views
   for (int64_t t = 0; t < n; t++) {
     float *y = s->y + t * E;
+    memset(y, 0, (size_t)E * sizeof *y);
     for (int64_t k = 0; k < K; k++) {
+      const int64_t slot = s->tok_slot[t * K + k];
+      if (slot < 0) continue;
       const float w = s->selw[t * K + k];
-      const float *eo = s->ff_o + s->tok_slot[t * K + k] * E;
-      if (k == 0)
-        for (int64_t i = 0; i < E; i++) y[i] = eo[i] * w;
-      else
-        for (int64_t i = 0; i < E; i++) y[i] += eo[i] * w;
+      const float *eo = s->ff_o + slot * E;
+      for (int64_t i = 0; i < E; i++) y[i] += eo[i] * w;
     }
   }
+  return MOLE_OK;
 }
 
-static void ffn_block(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
+static mole_status ffn_block(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
   const model_hparams *hp = &m->hp;
   const model_layer *ly = &m->layers[il];
   const int64_t E = hp->n_embd;
@@ -353,7 +392,8 @@ static void ffn_block(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
   if (hp->n_expert == 0) {
     dense_ffn(m, s, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, n, hp->n_ff, s->y);
   } else {
-    moe_ffn(m, s, ly, n);
+    mole_status st = moe_ffn(m, s, il, n);
+    if (st) return st;
     if (ly->gate_inp_shexp) {
       // shared expert, scaled by sigmoid(w . x)
       float *sh = s->sh;
@@ -370,6 +410,7 @@ static void ffn_block(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
   }
   for (int64_t t = 0; t < n; t++)
     for (int64_t i = 0; i < E; i++) s->x[t * E + i] += s->y[t * E + i];
+  return MOLE_OK;
 }
 
 mole_status model_forward(mole_model *m, model_kv *kv, model_scratch *s, const int32_t *tokens, int64_t n,
@@ -391,8 +432,10 @@ mole_status model_forward(mole_model *m, model_kv *kv, model_scratch *s, const i
     et->to_float((const char *)m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes, s->x + t * E, E);
   for (int64_t il = 0; il < hp->n_layer; il++) {
     attention_block(m, kv, s, il, n, n_past);
-    ffn_block(m, s, il, n);
+    mole_status st = ffn_block(m, s, il, n);
+    if (st) return st;
   }
+  if (m->experts) experts_step_done(m->experts, n);
   if (!logits) return MOLE_OK;
   const int64_t t0 = all_logits ? 0 : n - 1, nl = n - t0;
   for (int64_t t = t0; t < n; t++) ops_rmsnorm(s->xn + (t - t0) * E, s->x + t * E, m->output_norm, E, hp->rms_eps);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "experts/experts.h"
 #include "model/model.h"
 
 typedef struct arch_desc {
@@ -320,7 +321,7 @@ static mole_status bind_all(loader *L) {
   return MOLE_OK;
 }
 
-mole_status model_load(const char *path, int n_threads, mole_model **out) {
+mole_status model_load(const char *path, int n_threads, const mole_offload_params *offload, mole_model **out) {
   *out = NULL;
   quant_init();
   mole_model *m = mole_calloc(1, sizeof *m);
@@ -359,7 +360,9 @@ mole_status model_load(const char *path, int n_threads, mole_model **out) {
   L.f32_end = m->f32_store + nvec;
   if ((st = bind_all(&L))) goto fail;
   m->n_threads = n_threads;
+  m->offload = *offload;
   if ((st = mole_pool_init(n_threads, &m->pool))) goto fail;
+  if (m->hp.n_expert > 0 && (st = experts_open(m, &m->experts))) goto fail;
   *out = m;
   return MOLE_OK;
 fail:
@@ -369,6 +372,7 @@ fail:
 
 void model_free(mole_model *m) {
   if (!m) return;
+  experts_close(m->experts);
   mole_pool_free(m->pool);
   mole_free(m->layers);
   mole_free(m->f32_store);

@@ -84,11 +84,13 @@ struct mole_model {
   float *f32_store;        // norms/biases converted to f32 (owned)
   mole_pool *pool;
   int n_threads;
+  mole_offload_params offload;
+  struct experts *experts;  // expert provider (experts/experts.h); NULL for dense models
 };
 
 const char *model_arch_name(model_arch a);
 // Loads hparams and binds every tensor, validating names, shapes and types.
-mole_status model_load(const char *path, int n_threads, mole_model **out);
+mole_status model_load(const char *path, int n_threads, const mole_offload_params *offload, mole_model **out);
 void model_free(mole_model *m);
 
 // ---- forward ------------------------------------------------------------
