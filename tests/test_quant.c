@@ -522,7 +522,18 @@ static void test_gemm(void **st) {
         if (ki == 1) check_gemm(t, 21, 2, 19, nt, ks[ki], &s);
       }
   }
-  if (!tu_asan()) check_gemm(QT_Q4_0, 70, 3, 69, 67, 4096, &s);  // several row/token chunks
+  // chunks of k whose partial sums add up in Y, with partial last steps
+  check_gemm(QT_Q8_0, 9, 0, 9, 6, 32 * 133, &s);
+  check_gemm(QT_Q4_1, 5, 0, 5, 3, 32 * 133, &s);
+  check_gemm(QT_Q5_0, 6, 1, 6, 5, 32 * 129, &s);
+  check_gemm(QT_F16, 6, 1, 6, 5, 2100, &s);
+  check_gemm(QT_BF16, 5, 0, 5, 7, 4097, &s);
+  check_gemm(QT_F32, 5, 0, 5, 4, 2049, &s);
+  check_gemm(QT_Q6_K, 5, 0, 5, 9, 256 * 17, &s);
+  if (!tu_asan()) {
+    check_gemm(QT_Q4_0, 70, 3, 69, 67, 4096, &s);  // several row/token chunks
+    check_gemm(QT_F16, 9, 0, 9, 70, 256, &s);
+  }
 }
 
 int main(void) {

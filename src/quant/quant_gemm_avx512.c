@@ -384,11 +384,9 @@ static void __attribute__((noinline)) kern_k(const char *wp, const blk_q8_K *con
   __m512 a[TT][TR];
   QI_UNROLL for (int t = 0; t < TT; t++) QI_UNROLL for (int r = 0; r < TR; r++) a[t][r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nsb; b++) {
-    __m512 bs[TT], dy[TT];
-    QI_UNROLL for (int t = 0; t < TT; t++) {
+    __m512 bs[TT];
+    QI_UNROLL for (int t = 0; t < TT; t++)
       bs[t] = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)y[t][b].bsums)));
-      dy[t] = _mm512_set1_ps(y[t][b].d);
-    }
     QI_UNROLL for (int r = 0; r < TR; r++) {
       const char *w = wp + (r * nsb + b) * K_WSZ;
       __m512i q0 = _mm512_loadu_si512(w), q1 = _mm512_loadu_si512(w + 64);
@@ -406,7 +404,7 @@ static void __attribute__((noinline)) kern_k(const char *wp, const blk_q8_K *con
         f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, q3, _mm512_loadu_si512(yq + 192))),
                             _mm512_loadu_ps(sc + 48), f);
         f = _mm512_fnmadd_ps(_mm512_loadu_ps(sc + 64), bs[t], f);
-        a[t][r] = _mm512_fmadd_ps(f, dy[t], a[t][r]);
+        a[t][r] = _mm512_fmadd_ps(f, _mm512_set1_ps(y[t][b].d), a[t][r]);
       }
     }
   }
