@@ -54,6 +54,13 @@ for a in mixtral llama qwen3moe olmoe qwen2moe; do
   grep -q "blk.0.attn_q.weight" <<<"$("$M" inspect "$T/$a.gguf")" || { echo "FAIL inspect $a"; fails=$((fails + 1)); }
   out=$("$M" run -m "$T/$a.gguf" -p "Hello world" -n 4 --seed 3 --ignore-eos 2>&1) || { echo "FAIL run $a: $out"; fails=$((fails + 1)); }
 done
+# a fixed seed reproduces the same text; tokenize reads stdin byte for byte
+r1=$("$M" run -m "$T/mixtral.gguf" -p "Once upon" -n 12 --seed 9 --temp 1 2>/dev/null)
+r2=$("$M" run -m "$T/mixtral.gguf" -p "Once upon" -n 12 --seed 9 --temp 1 2>/dev/null)
+[ "$r1" = "$r2" ] || { echo "FAIL seed reproducibility"; fails=$((fails + 1)); }
+a=$(printf 'Hello world\n\n' | "$M" tokenize -m "$D/tokenizer/ggml-vocab-gpt-2.gguf" --no-bos -)
+b=$("$M" tokenize -m "$D/tokenizer/ggml-vocab-gpt-2.gguf" --no-bos $'Hello world\n\n')
+[ "$a" = "$b" ] || { echo "FAIL tokenize stdin: '$a' vs '$b'"; fails=$((fails + 1)); }
 printf 'hi\n' | "$M" chat -m "$T/mixtral.gguf" --template chatml -n 3 --seed 1 >/dev/null 2>&1 || { echo "FAIL chat"; fails=$((fails + 1)); }
 
 if [ $fails -ne 0 ]; then
