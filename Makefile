@@ -13,7 +13,7 @@ deps:
 
 build:
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(if $(CI),-DMOLE_WERROR=ON) $(CMAKE_FLAGS) >/dev/null
-	@cmake --build $(BUILD) -j $(JOBS)
+	@cmake --build $(BUILD) -j $(JOBS) -- --no-print-directory
 
 # The whole suite: release build, then ASan+UBSan build, then the GGUF fuzzer.
 test: deps
@@ -24,7 +24,7 @@ test: deps
 
 test-asan:
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMOLE_SANITIZE=ON -DMOLE_WERROR=ON >/dev/null
-	@cmake --build build-asan -j $(JOBS)
+	@cmake --build build-asan -j $(JOBS) -- --no-print-directory
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 MOLE_ASAN=1 ctest --output-on-failure -j $(JOBS)
 
 fuzz:

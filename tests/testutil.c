@@ -19,7 +19,8 @@ void *tu_read_file(const char *path, size_t *n) {
   fseek(f, 0, SEEK_END);
   long sz = ftell(f);
   fseek(f, 0, SEEK_SET);
-  void *buf = malloc(sz > 0 ? (size_t)sz : 1);
+  char *buf = malloc((size_t)(sz > 0 ? sz : 0) + 1);  // NUL-terminated for text files
+  if (buf) buf[sz > 0 ? sz : 0] = 0;
   if (buf && fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
     free(buf);
     buf = NULL;

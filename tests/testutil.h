@@ -10,7 +10,8 @@
 
 // $MOLE_SOURCE_DIR/rel (static buffer per call slot; copy if kept).
 const char *tu_path(const char *rel);
-// Whole file into a malloc'd buffer (NULL on failure); *n gets the size.
+// Whole file into a malloc'd buffer with a NUL after the end (NULL on
+// failure); *n gets the size.
 void *tu_read_file(const char *path, size_t *n);
 // xorshift random numbers for reproducible tests
 uint64_t tu_rand_u64(uint64_t *state);
