@@ -16,6 +16,7 @@ static const command k_cmds[] = {
     {"chat", cmd_chat, "interactive chat with the model's chat template"},
     {"logits", cmd_logits, "write the logits of a token sequence (float32)"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
+    {"kld", cmd_kld, "KL divergence / top-1 agreement of a configuration against a reference"},
     {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table"},
     {"synth", cmd_synth, "write a random-weight model in a real architecture's layout"},
     {"bench", cmd_bench, "measure prompt and generation speed"},
