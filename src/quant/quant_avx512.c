@@ -324,7 +324,6 @@ static void vec_dot_q5_1(int64_t n, float *restrict s, const void *restrict vx, 
 // L) take word g[L] of the source.
 #define R8(x) x, x, x, x, x, x, x, x
 #define SP4(a, b, c, d) {R8(a), R8(b), R8(c), R8(d)}
-static const int16_t k_sp_k4[4][32] = {SP4(0, 0, 2, 2), SP4(1, 1, 3, 3), SP4(4, 4, 6, 6), SP4(5, 5, 7, 7)};
 static const int16_t k_sp_k6[4][32] = {SP4(0, 1, 2, 3), SP4(4, 5, 6, 7), SP4(8, 9, 10, 11), SP4(12, 13, 14, 15)};
 static const int16_t k_sp_k2[4][32] = {SP4(0, 1, 8, 9), SP4(2, 3, 10, 11), SP4(4, 5, 12, 13), SP4(6, 7, 14, 15)};
 #undef SP4
@@ -332,6 +331,13 @@ static const int16_t k_sp_k2[4][32] = {SP4(0, 1, 8, 9), SP4(2, 3, 10, 11), SP4(4
 
 static inline __m512i spread(__m512i src, const int16_t idx[32]) {
   return _mm512_permutexvar_epi16(_mm512_loadu_si512(idx), src);
+}
+
+// s: 8 int16 in every 128-bit lane; lanes 0,1 take word a, lanes 2,3 word b
+static inline __m512i spread_k4(__m512i s, int a, int b) {
+  const __m512i ctl = _mm512_inserti64x4(_mm512_set1_epi16((short)(0x0100 * (2 * a + 1) + 2 * a)),
+                                         _mm256_set1_epi16((short)(0x0100 * (2 * b + 1) + 2 * b)), 1);
+  return _mm512_shuffle_epi8(s, ctl);
 }
 
 static inline __m512i dot_sc(__m512i acc, __m512i q, __m512i y, __m512i sc) {
@@ -350,14 +356,15 @@ static inline __m512i ld2x256(const void *a, const void *b) {
 // same +128. Returns the int32 scaled sums; *mins gets sum(m * bsums) lanes.
 static inline __m512i k4_dot(__m512i lo0, __m512i hi0, __m512i lo1, __m512i hi1, const blk_q8_K *y, uint64_t sc,
                              uint64_t mn, __m256i *mins) {
-  __m512i s = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+  // the 8 int16 scales in every 128-bit lane; an in-lane byte shuffle spreads them
+  __m512i s = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
   const int8_t *q8 = y->qs;
   __m512i y0 = _mm512_loadu_si512(q8), y1 = _mm512_loadu_si512(q8 + 64);
   __m512i y2 = _mm512_loadu_si512(q8 + 128), y3 = _mm512_loadu_si512(q8 + 192);
-  __m512i acc = dot_sc(_mm512_setzero_si512(), lo0, _mm512_shuffle_i64x2(y0, y1, 0x44), spread(s, k_sp_k4[0]));
-  acc = dot_sc(acc, hi0, _mm512_shuffle_i64x2(y0, y1, 0xEE), spread(s, k_sp_k4[1]));
-  acc = dot_sc(acc, lo1, _mm512_shuffle_i64x2(y2, y3, 0x44), spread(s, k_sp_k4[2]));
-  acc = dot_sc(acc, hi1, _mm512_shuffle_i64x2(y2, y3, 0xEE), spread(s, k_sp_k4[3]));
+  __m512i acc = dot_sc(_mm512_setzero_si512(), lo0, _mm512_shuffle_i64x2(y0, y1, 0x44), spread_k4(s, 0, 2));
+  acc = dot_sc(acc, hi0, _mm512_shuffle_i64x2(y0, y1, 0xEE), spread_k4(s, 1, 3));
+  acc = dot_sc(acc, lo1, _mm512_shuffle_i64x2(y2, y3, 0x44), spread_k4(s, 4, 6));
+  acc = dot_sc(acc, hi1, _mm512_shuffle_i64x2(y2, y3, 0xEE), spread_k4(s, 5, 7));
   __m128i m8 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn));
   __m256i m16 = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
   *mins = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)y->bsums));
