@@ -15,6 +15,9 @@
 //    value = scale * code - min (q6_K/q3_K put their offset into the min).
 // Weights are packed for 4 rows over a chunk of k that stays in L1 and reused
 // by every token; partial sums over k chunks add up in Y.
+// One token (decode) of the 32-element types takes a GEMV path: the
+// activation row is packed once and each weight row streams through
+// registers. Other types with one token return false (vec_dot loops).
 #include "quant/quant_avx512.h"
 
 enum {
