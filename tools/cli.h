@@ -11,6 +11,8 @@ int cmd_bench(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
+int cmd_pack(int argc, char **argv);
+int cmd_cachesim(int argc, char **argv);
 int cmd_kld(int argc, char **argv);
 
 #endif

@@ -1,5 +1,8 @@
 #include "common.h"
 
+#include "experts/budget.h"
+#include "experts/cache.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -90,6 +93,79 @@ int cli_parse_tokens(const char *flag, const char *s, int32_t **out, int64_t *n)
   return 0;
 }
 
+// The expert offloading flags of cli_model_flag.
+static int cli_offload_flag(int argc, char **argv, int *i, cli_model_opts *o) {
+  const char *a = argv[*i], *v;
+  double d;
+  if (!strcmp(a, "--expert-budget")) {
+    if (!(v = cli_value(argc, argv, i))) return -1;
+    if (experts_parse_budget(v, &o->expert_budget, &o->expert_budget_frac)) {
+      fprintf(stderr, "mole: --expert-budget: %s\n", mole_last_error());
+      return -1;
+    }
+    o->has_budget = true;
+  } else if (!strcmp(a, "--cache-policy")) {
+    if (!(v = cli_value(argc, argv, i))) return -1;
+    experts_policy pol;
+    float w[4];
+    if (experts_policy_parse(v, NULL, &pol, w)) {
+      fprintf(stderr, "mole: --cache-policy: '%s' is not lru, lfu, lhu, fld or hobbit\n", v);
+      return -1;
+    }
+    o->cache_policy = v;
+  } else if (!strcmp(a, "--cache-weights")) {
+    if (!(v = cli_value(argc, argv, i))) return -1;
+    const char *p = v;
+    for (int k = 0; k < 4; k++) {
+      char *end;
+      errno = 0;
+      double x = strtod(p, &end);
+      if (errno || end == p || !(x >= 0 && x <= 1) || (k < 3 && *end != ',') || (k == 3 && *end)) {
+        fprintf(stderr, "mole: --cache-weights: '%s' is not four numbers in [0, 1] (w_lru,w_lfu,w_lhu,w_fld)\n", v);
+        return -1;
+      }
+      o->cache_weights[k] = (float)x;
+      p = end + 1;
+    }
+    const float *w = o->cache_weights;
+    const double sum = (double)w[0] + w[1] + w[2] + w[3];
+    if (sum < 0.999 || sum > 1.001) {
+      fprintf(stderr, "mole: --cache-weights: '%s' sums to %g, expected 1\n", v, sum);
+      return -1;
+    }
+    o->has_weights = true;
+  } else if (!strcmp(a, "--io")) {
+    if (!(v = cli_value(argc, argv, i))) return -1;
+    if (strcmp(v, "uring") && strcmp(v, "pread")) {
+      fprintf(stderr, "mole: --io: '%s' is not uring or pread\n", v);
+      return -1;
+    }
+    o->io = v;
+  } else if (!strcmp(a, "--t1") || !strcmp(a, "--t2")) {
+    if (!(v = cli_value(argc, argv, i)) || cli_parse_f64(a, v, 0, 1, &d)) return -1;
+    if (a[3] == '1') {
+      o->t1 = (float)d;
+      o->has_t1 = true;
+    } else {
+      o->t2 = (float)d;
+      o->has_t2 = true;
+    }
+  } else if (!strcmp(a, "--prefetch-depth")) {
+    int64_t x;
+    if (!(v = cli_value(argc, argv, i))) return -1;
+    if (!strcmp(v, "auto")) x = -1;
+    else if (cli_parse_i64(a, v, -1, 4, &x)) return -1;
+    o->prefetch_depth = (int)x;
+    o->has_prefetch = true;
+  } else if (!strcmp(a, "--trace-routing")) {
+    if (!(v = cli_value(argc, argv, i))) return -1;
+    o->trace_routing = v;
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
 int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o) {
   const char *a = argv[*i], *v;
   int64_t x;
@@ -112,7 +188,7 @@ int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o) {
       return -1;
     }
   } else {
-    return 0;
+    return cli_offload_flag(argc, argv, i, o);
   }
   return 1;
 }
@@ -123,6 +199,21 @@ int cli_open(const cli_model_opts *o, mole_model **m, mole_session **s) {
   if (!o->model) return cli_usage_error("", "no model given (-m FILE)");
   mole_model_params mp = mole_model_default_params();
   mp.n_threads = o->threads;
+  mole_offload_params *off = &mp.offload;
+  if (o->has_budget) {
+    off->expert_budget = o->expert_budget;
+    off->expert_budget_frac = o->expert_budget_frac;
+  }
+  if (o->cache_policy) off->cache_policy = o->cache_policy;
+  if (o->has_weights) memcpy(off->cache_weights, o->cache_weights, sizeof off->cache_weights);
+  if (o->io) off->io = o->io;
+  if (o->has_t1) off->t1 = o->t1;
+  if (o->has_t2) off->t2 = o->t2;
+  // one threshold alone: keep t1 <= t2 (--t1 0 means "only the top-1 in high")
+  if (o->has_t1 && !o->has_t2 && off->t2 < off->t1) off->t2 = off->t1;
+  if (o->has_t2 && !o->has_t1 && off->t1 > off->t2) off->t1 = off->t2;
+  if (o->has_prefetch) off->prefetch_depth = o->prefetch_depth;
+  if (o->trace_routing) off->trace_routing = o->trace_routing;
   mole_status st = mole_model_load(o->model, &mp, m);
   if (st) return cli_error("load", st);
   mole_session_params sp = mole_session_default_params();

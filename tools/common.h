@@ -14,6 +14,16 @@ typedef struct cli_model_opts {
   int64_t ctx;           // -c N (0 = min(train ctx, 4096))
   int64_t batch;         // -b N (0 = 512)
   mole_kv_type kv_type;  // --kv-type f16|f32
+  // expert offloading; each has_* says the flag was given (else the library default)
+  bool has_budget, has_weights, has_t1, has_t2, has_prefetch;
+  int64_t expert_budget;       // --expert-budget: bytes, 0 resident, -1 auto
+  double expert_budget_frac;   // --expert-budget N%
+  const char *cache_policy;    // --cache-policy
+  float cache_weights[4];      // --cache-weights
+  const char *io;              // --io uring|pread
+  float t1, t2;                // --t1, --t2
+  int prefetch_depth;          // --prefetch-depth
+  const char *trace_routing;   // --trace-routing FILE
 } cli_model_opts;
 
 #define CLI_MODEL_HELP                                                          \
@@ -21,7 +31,18 @@ typedef struct cli_model_opts {
   "  -t, --threads N      threads (default: all cores)\n"                      \
   "  -c, --ctx N          context size in tokens (default: min(train, 4096))\n" \
   "  -b, --batch N        prefill chunk in tokens (default: 512)\n"            \
-  "      --kv-type T      KV cache type f16|f32 (default: f16)\n"
+  "      --kv-type T      KV cache type f16|f32 (default: f16)\n"             \
+  "expert offloading (MoE models larger than memory):\n"                        \
+  "      --expert-budget B  RAM for experts: 2GiB, 512MiB, 40% (of the experts), 0 = all\n" \
+  "                         resident (mmap), auto = resident if the model fits, else what\n" \
+  "                         MemAvailable / the cgroup limit leaves (default: auto)\n" \
+  "      --cache-policy P   lru|lfu|lhu|fld|hobbit (default: hobbit)\n"        \
+  "      --cache-weights W  hobbit's w_lru,w_lfu,w_lhu,w_fld, summing to 1 (default: 0.4,0.2,0.1,0.3)\n" \
+  "      --io uring|pread   expert reads: io_uring or a pread thread pool (default: uring if available)\n" \
+  "      --t1 X, --t2 Y     precision thresholds on an expert's unimportance: <= t1 high, <= t2 low,\n" \
+  "                         else skipped (default: 1, 1 = every chosen expert in high precision)\n" \
+  "      --prefetch-depth N layers predicted ahead: 0 off, 1..4, -1 adaptive (default: -1)\n" \
+  "      --trace-routing F  write the routing trace to F (for mole cachesim)\n"
 
 // If argv[*i] is one of the model flags, consumes it (and its value) and
 // returns 1; returns 0 when it is not; -1 after printing an error.

@@ -20,6 +20,8 @@ static const command k_cmds[] = {
     {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table"},
     {"synth", cmd_synth, "write a random-weight model in a real architecture's layout"},
     {"bench", cmd_bench, "measure prompt and generation speed"},
+    {"pack", cmd_pack, "rewrite a MoE model as a packed expert store for offloading"},
+    {"cachesim", cmd_cachesim, "replay a routing trace through the expert cache"},
 };
 
 static void usage(FILE *f) {

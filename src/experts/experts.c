@@ -1,43 +1,327 @@
-// The expert provider. This file holds the interface's front: the precision
-// policy and the all-resident mode, whose views point into the GGUF mapping.
-#include "experts/experts.h"
-
+// The expert provider's front: opening (resident or tiered, the budget),
+// the precision plan, get/pin/unpin, and the step bookkeeping. The cache's
+// bookkeeping is cache.c, reads are io.c, the file layout store.c, the
+// predictor predict.c, statistics stats.c.
+#include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
-struct experts {
-  mole_model *m;
-  float t1, t2;
-  // statistics
-  int64_t n_steps, n_tokens;
-  int64_t n_get[2];  // per precision
-  int64_t n_skip;
-};
+#include "experts/budget.h"
+#include "experts/experts_internal.h"
+#include "experts/trace.h"
+
+static const char *const k_prec[2] = {"high", "low"};
+
+static int64_t tag_of(int p, int64_t s) { return ((int64_t)p << 32) | s; }
+
+expert_prec experts_prec_of(const experts *x, float u) {
+  expert_prec p = u <= x->t1 ? EXPERT_HIGH : u <= x->t2 ? EXPERT_LOW : EXPERT_SKIP;
+  if (p == EXPERT_LOW && !x->low_in_use) p = EXPERT_HIGH;
+  return p;
+}
+
+bool experts_has_low(const experts *x) { return x->store.has_low; }
+
+// ---- opening --------------------------------------------------------------------
+// Memory the rest of the process needs besides the experts and the weights
+// mapped from the file: a KV cache at the default context, the scratch of a
+// default batch, the predictor's routers, and a margin for code and stacks.
+static int64_t headroom_bytes(const mole_model *m) {
+  const model_hparams *hp = &m->hp;
+  const int64_t ctx = MOLE_MIN(hp->n_ctx_train, 4096), B = 512;
+  const int64_t kv = hp->n_layer * ctx * hp->n_head_kv * (hp->head_dim + hp->head_dim_v) * 2;
+  const int64_t wide = MOLE_MAX(MOLE_MAX(hp->n_embd, hp->n_ff_exp), hp->n_ff);
+  const int64_t scratch = B * (8 * hp->n_embd + 3 * hp->n_expert_used * wide + hp->n_expert) * 4 +
+                          2 * B * hp->n_expert_used * (wide * 4 + 64);
+  const int64_t routers = hp->n_layer * hp->n_expert * hp->n_embd * 4;
+  return kv + scratch + routers + ((int64_t)32 << 20);
+}
+
+// Picks resident or tiered and the budget from --expert-budget.
+static mole_status choose_budget(experts *x) {
+  const mole_offload_params *o = &x->m->offload;
+  const experts_store *st = &x->store;
+  const int64_t experts_bytes = (int64_t)st->total_bytes[0] + (x->low_in_use ? (int64_t)st->total_bytes[1] : 0);
+  char a[32], b[32], c[32], d[32];
+  if (o->expert_budget_frac > 0) {
+    x->tiered = true;
+    x->budget = (int64_t)(o->expert_budget_frac * (double)st->total_bytes[0]);
+    return MOLE_OK;
+  }
+  if (o->expert_budget > 0) {
+    x->tiered = true;
+    x->budget = o->expert_budget;
+    return MOLE_OK;
+  }
+  if (o->expert_budget == 0) return MOLE_OK;
+  // auto: resident when the whole model fits next to the rest of the process
+  experts_mem_info mi;
+  experts_mem_probe(NULL, &mi);
+  const int64_t non_expert = (int64_t)gguf_size(x->m->gguf) - (int64_t)st->file_bytes;
+  const int64_t head = headroom_bytes(x->m);
+  if (mi.available < 0 || non_expert + experts_bytes + head <= mi.available) return MOLE_OK;
+  x->tiered = true;
+  x->budget = mi.available - non_expert - head;
+  mole_log(MOLE_LOG_INFO, "auto expert budget: %s (%s available per %s; non-expert weights %s, headroom %s)",
+           experts_fmt_bytes(a, sizeof a, (double)x->budget), experts_fmt_bytes(b, sizeof b, (double)mi.available),
+           mi.source, experts_fmt_bytes(c, sizeof c, (double)non_expert), experts_fmt_bytes(d, sizeof d, (double)head));
+  // below one layer's experts the run could not proceed: take that and say so
+  const int64_t floor = x->m->hp.n_expert * ((int64_t)st->slot_bytes[0] + (x->low_in_use ? (int64_t)st->slot_bytes[1] : 0));
+  if (x->budget < floor) {
+    mole_log(MOLE_LOG_WARN, "only %s is left for experts under %s; using one layer's worth (%s)",
+             experts_fmt_bytes(a, sizeof a, (double)MOLE_MAX(x->budget, 0)), mi.source,
+             experts_fmt_bytes(b, sizeof b, (double)floor));
+    x->budget = floor;
+  }
+  return MOLE_OK;
+}
+
+// Tells the kernel not to read ahead into the expert ranges of the mapping:
+// they are read with O_DIRECT, never through the page cache.
+static void advise_expert_ranges(const experts *x) {
+  const long pg = sysconf(_SC_PAGESIZE);
+  const char *base = gguf_base(x->m->gguf);
+  const experts_store *s = &x->store;
+  for (int p = 0; p < (s->has_low ? 2 : 1); p++)
+    for (int64_t l = 0; l < s->n_layer; l++)
+      for (int j = 0; j < 3; j++) {
+        uint64_t lo = UINT64_MAX, hi = 0;
+        for (int64_t e = 0; e < s->n_expert; e++) {
+          const uint64_t off = s->mat_off[p][(l * s->n_expert + e) * 3 + j];
+          lo = MOLE_MIN(lo, off);
+          hi = MOLE_MAX(hi, off + s->layout[p][l].bytes[j]);
+        }
+        const uint64_t a = (lo + (uint64_t)pg - 1) / (uint64_t)pg * (uint64_t)pg, b = hi / (uint64_t)pg * (uint64_t)pg;
+        if (b > a) madvise((void *)(base + a), (size_t)(b - a), MADV_RANDOM);
+      }
+}
+
+static mole_status open_tiered(experts *x) {
+  const model_hparams *hp = &x->m->hp;
+  const int64_t X = hp->n_expert, L = hp->n_layer, K = hp->n_expert_used;
+  const experts_store *st = &x->store;
+  int64_t n[2];
+  experts_cache_split(x->budget, (int64_t)st->slot_bytes[0], (int64_t)st->slot_bytes[1], x->low_in_use, &n[0], &n[1]);
+  for (int p = 0; p < 2; p++) n[p] = MOLE_MIN(n[p], L * X);
+  char a[32], b[32], c[32], d[32];
+  if (n[0] < K || (x->low_in_use && n[1] < K)) {
+    const double need = (double)K * (double)(st->slot_bytes[0] + (x->low_in_use ? st->slot_bytes[1] : 0));
+    return mole_errorf(MOLE_ERR_ARG,
+                       "--expert-budget %s is too small: a token pins %lld experts per layer at once, each %s in high "
+                       "precision%s%s%s; give at least %s",
+                       experts_fmt_bytes(a, sizeof a, (double)x->budget), (long long)K,
+                       experts_fmt_bytes(b, sizeof b, (double)st->slot_bytes[0]), x->low_in_use ? " (+" : "",
+                       x->low_in_use ? experts_fmt_bytes(c, sizeof c, (double)st->slot_bytes[1]) : "",
+                       x->low_in_use ? " in low)" : "", experts_fmt_bytes(d, sizeof d, need));
+  }
+  mole_status s = experts_cache_init(&x->cache, L, X, n[0], n[1], x->policy, x->weights);
+  if (s) return s;
+  for (int p = 0; p < 2; p++) {
+    if (!n[p]) continue;
+    x->arena[p] = mole_aligned_alloc(EXPERTS_IO_ALIGN, (size_t)n[p] * st->slot_bytes[p]);
+    if (!x->arena[p])
+      return mole_errorf(MOLE_ERR_NOMEM, "--expert-budget %s: cannot allocate %lld %s-precision slots of %s",
+                         experts_fmt_bytes(a, sizeof a, (double)x->budget), (long long)n[p], k_prec[p],
+                         experts_fmt_bytes(b, sizeof b, (double)st->slot_bytes[p]));
+    x->soft_cap[p] = n[p] / 2;
+  }
+  x->max_io = 3 * (n[0] + n[1]) + 8;
+  x->done = mole_calloc((size_t)x->max_io, sizeof *x->done);
+  x->pins = mole_calloc((size_t)(2 * X), sizeof *x->pins);
+  if (!x->done || !x->pins) return mole_errorf(MOLE_ERR_NOMEM, "experts: out of memory");
+  if ((s = experts_io_open(gguf_path(x->m->gguf), x->m->offload.io, x->max_io, &x->io))) return s;
+  advise_expert_ranges(x);
+  return MOLE_OK;
+}
 
 mole_status experts_open(mole_model *m, experts **out) {
   *out = NULL;
   const mole_offload_params *o = &m->offload;
   if (!(o->t1 >= 0 && o->t1 <= 1 && o->t2 >= o->t1 && o->t2 <= 1))
-    return mole_errorf(MOLE_ERR_ARG, "precision thresholds: need 0 <= t1 <= t2 <= 1 (got t1 %g, t2 %g)", o->t1, o->t2);
+    return mole_errorf(MOLE_ERR_ARG, "precision thresholds (--t1, --t2): need 0 <= t1 <= t2 <= 1 (got t1 %g, t2 %g)",
+                       (double)o->t1, (double)o->t2);
+  if (o->io && strcmp(o->io, "uring") && strcmp(o->io, "pread"))
+    return mole_errorf(MOLE_ERR_ARG, "--io '%s': expected uring or pread", o->io);
+  if (o->prefetch_depth < -1 || o->prefetch_depth > EXPERTS_MAX_DEPTH)
+    return mole_errorf(MOLE_ERR_ARG, "--prefetch-depth %d: expected -1 (adaptive), 0 (off) or 1..%d", o->prefetch_depth,
+                       EXPERTS_MAX_DEPTH);
+  if (o->expert_budget < -1)
+    return mole_errorf(MOLE_ERR_ARG, "--expert-budget %lld: expected bytes, 0 (resident) or -1 (auto)",
+                       (long long)o->expert_budget);
+  if (!(o->expert_budget_frac >= 0 && o->expert_budget_frac <= 1))
+    return mole_errorf(MOLE_ERR_ARG, "--expert-budget: a fraction of %g is outside (0, 100%%]", o->expert_budget_frac);
   experts *x = mole_calloc(1, sizeof *x);
   if (!x) return mole_errorf(MOLE_ERR_NOMEM, "experts: out of memory");
   x->m = m;
   x->t1 = o->t1;
   x->t2 = o->t2;
+  x->depth_cfg = o->prefetch_depth;
+  mole_status st = experts_policy_parse(o->cache_policy, o->cache_weights, &x->policy, x->weights);
+  if (st) {
+    mole_error_prefix(st, "%s", o->cache_weights[0] || o->cache_weights[1] || o->cache_weights[2] || o->cache_weights[3]
+                                    ? "--cache-policy/--cache-weights: " : "--cache-policy: ");
+    goto fail;
+  }
+  if ((st = experts_store_open(&x->store, m))) goto fail;
+  x->low_in_use = x->store.has_low && x->t2 > x->t1;
+  const int64_t X = m->hp.n_expert;
+  x->tok_cnt = mole_calloc((size_t)X, sizeof *x->tok_cnt);
+  x->high_cnt = mole_calloc((size_t)X, sizeof *x->high_cnt);
+  x->grp = mole_calloc((size_t)(2 * X), sizeof *x->grp);
+  x->planned = mole_calloc((size_t)(2 * X), sizeof *x->planned);
+  if (!x->tok_cnt || !x->high_cnt || !x->grp || !x->planned) {
+    st = mole_errorf(MOLE_ERR_NOMEM, "experts: out of memory");
+    goto fail;
+  }
+  if ((st = choose_budget(x))) goto fail;
+  if (x->tiered && (st = open_tiered(x))) goto fail;
+  if (o->trace_routing) {
+    experts_trace_header h = {m->hp.n_layer, X, m->hp.n_expert_used,
+                              {(int64_t)x->store.slot_bytes[0], (int64_t)x->store.slot_bytes[1]}, x->low_in_use};
+    if ((st = experts_trace_begin(o->trace_routing, &h, &x->trace))) {
+      mole_error_prefix(st, "--trace-routing: ");
+      goto fail;
+    }
+  }
+  if ((st = experts_predict_init(x))) goto fail;
   *out = x;
+  return MOLE_OK;
+fail:
+  experts_close(x);
+  return st;
+}
+
+void experts_close(experts *x) {
+  if (!x) return;
+  experts_io_close(x->io);  // waits for reads into the arenas
+  if (x->trace) experts_trace_end(x->trace, x->m->offload.trace_routing);
+  experts_predict_free(x);
+  experts_cache_free(&x->cache);
+  for (int p = 0; p < 2; p++) mole_aligned_free(x->arena[p]);
+  experts_store_free(&x->store);
+  mole_free(x->done);
+  mole_free(x->pins);
+  mole_free(x->tok_cnt);
+  mole_free(x->high_cnt);
+  mole_free(x->grp);
+  mole_free(x->planned);
+  mole_free(x);
+}
+
+// ---- reads ---------------------------------------------------------------------------
+void experts_reap(experts *x, bool wait) {
+  const int n = experts_io_reap(x->io, wait, x->done, (int)x->max_io);
+  for (int i = 0; i < n; i++) {
+    const int p = (int)(x->done[i].tag >> 32);
+    const int64_t s = (int64_t)(x->done[i].tag & 0xffffffffu);
+    experts_slot *sl = &x->cache.slots[p][s];
+    MOLE_ASSERT(sl->state == EXPERTS_SLOT_LOADING && sl->io_pending > 0);
+    if (x->done[i].err && !sl->io_err) sl->io_err = x->done[i].err;
+    if (--sl->io_pending == 0) {
+      sl->state = EXPERTS_SLOT_READY;
+      x->n_loading[p]--;
+    }
+  }
+}
+
+mole_status experts_load(experts *x, int p, int64_t layer, int64_t e, int64_t layer_now, bool soft) {
+  experts_cache *c = &x->cache;
+  int64_t s = experts_cache_victim(c, p, layer_now, !soft);
+  // every evictable slot is still being read (prefetches): wait for them to land
+  while (s < 0 && !soft && x->n_loading[p] > 0) {
+    const int64_t t0 = mole_time_us();
+    experts_reap(x, true);
+    x->step.stall_us += mole_time_us() - t0;
+    s = experts_cache_victim(c, p, layer_now, true);
+  }
+  if (s < 0) return MOLE_ERR_NOMEM;
+  experts_cache_assign(c, p, s, layer, e);
+  experts_slot *sl = &c->slots[p][s];
+  experts_extent ext[3];
+  size_t mb[3];
+  const int n = experts_store_extents(&x->store, p, layer, e, ext, mb);
+  char *buf = x->arena[p] + (size_t)s * x->store.slot_bytes[p];
+  int64_t bytes = 0;
+  for (int i = 0; i < n; i++) {
+    mole_status st = experts_io_read(x->io, buf + ext[i].buf_off, (size_t)ext[i].len, ext[i].file_off, (uint64_t)tag_of(p, s));
+    MOLE_ASSERT(st == MOLE_OK);  // max_io covers three reads per slot
+    bytes += (int64_t)ext[i].len;
+  }
+  sl->io_pending = n;
+  x->n_loading[p]++;
+  x->step.bytes_read += bytes;
+  x->step.reads++;
+  if (soft) {
+    experts_cache_set_soft(c, p, s, true);
+    sl->prefetched = true;
+    x->step.prefetches++;
+  } else {
+    x->step.misses[p]++;
+    x->step.demand_bytes += bytes;
+  }
   return MOLE_OK;
 }
 
-void experts_close(experts *x) { mole_free(x); }
+// Makes (layer, e) in precision p resident or on its way, pinned until
+// experts_layer_done.
+static mole_status acquire(experts *x, int64_t layer, int64_t e, int p) {
+  experts_cache *c = &x->cache;
+  int64_t s = experts_cache_find(c, p, layer, e);
+  if (s >= 0) {
+    experts_slot *sl = &c->slots[p][s];
+    if (sl->io_err && sl->state == EXPERTS_SLOT_READY && !sl->pinned) {
+      experts_cache_drop(c, p, s);  // a failed read: try again
+      s = -1;
+    }
+  }
+  if (s >= 0) {
+    experts_slot *sl = &c->slots[p][s];
+    if (sl->pinned) return MOLE_OK;
+    x->step.hits[p]++;
+    if (sl->prefetched) {
+      x->step.prefetch_hits[p]++;
+      sl->prefetched = false;
+    }
+    experts_cache_set_soft(c, p, s, false);
+  } else {
+    if (experts_load(x, p, layer, e, layer, false) != MOLE_OK) {
+      char a[32], b[32], d[32];
+      const experts_store *st = &x->store;
+      // the pools have equal slot counts when low copies are in use
+      const double need = x->low_in_use ? (double)MOLE_MAX(x->need[0], x->need[1]) * (double)(st->slot_bytes[0] + st->slot_bytes[1])
+                                        : (double)x->need[0] * (double)st->slot_bytes[0];
+      return mole_errorf(MOLE_ERR_NOMEM,
+                         "--expert-budget %s holds %lld %s-precision experts (%s each), but layer %lld needs %lld of them "
+                         "pinned at once in this step; raise --expert-budget to at least %s or use a smaller batch (-b)",
+                         experts_fmt_bytes(a, sizeof a, (double)x->budget), (long long)c->n_slots[p], k_prec[p],
+                         experts_fmt_bytes(b, sizeof b, (double)st->slot_bytes[p]), (long long)layer,
+                         (long long)x->need[p], experts_fmt_bytes(d, sizeof d, need > 0 ? need : (double)st->slot_bytes[p]));
+    }
+    s = experts_cache_find(c, p, layer, e);
+  }
+  c->slots[p][s].pinned = true;
+  MOLE_ASSERT(x->n_pins < 2 * c->n_expert);
+  x->pins[x->n_pins++] = tag_of(p, s);
+  return MOLE_OK;
+}
 
-bool experts_has_low(const experts *x) {
-  (void)x;
-  return false;
+// ---- the interface ---------------------------------------------------------------------
+static void begin_step(experts *x, int64_t n) {
+  x->step_open = true;
+  if (x->tiered) experts_cache_begin_step(&x->cache, n);
+  if (x->trace) experts_trace_write_step(x->trace, x->n_steps, n);
 }
 
 void experts_plan(experts *x, int64_t layer, int64_t n, int64_t k, const int32_t *sel, const float *w, uint8_t *prec) {
-  (void)layer;
-  (void)sel;
-  const bool low = experts_has_low(x);
+  const int64_t X = x->m->hp.n_expert;
+  if (!x->step_open) begin_step(x, n);
+  if (x->tiered) experts_reap(x, false);
+  memset(x->tok_cnt, 0, (size_t)X * sizeof *x->tok_cnt);
+  memset(x->high_cnt, 0, (size_t)X * sizeof *x->high_cnt);
+  memset(x->grp, 0, (size_t)(2 * X) * sizeof *x->grp);
+  memset(x->planned, 0, (size_t)(2 * X) * sizeof *x->planned);
+  int64_t skips = 0;
   for (int64_t t = 0; t < n; t++) {
     float sum = 0;
     for (int64_t j = 0; j < k; j++) sum += w[t * k + j];
@@ -45,52 +329,125 @@ void experts_plan(experts *x, int64_t layer, int64_t n, int64_t k, const int32_t
     float above = 0;
     for (int64_t j = 0; j < k; j++) {
       const float u = sum > 0 ? above / sum : 0;
-      uint8_t p = u <= x->t1 ? EXPERT_HIGH : u <= x->t2 ? EXPERT_LOW : EXPERT_SKIP;
-      if (p == EXPERT_LOW && !low) p = EXPERT_HIGH;
-      prec[t * k + j] = p;
-      if (p == EXPERT_SKIP) x->n_skip++;
       above += w[t * k + j];
+      const int32_t e = sel[t * k + j];
+      expert_prec p = experts_prec_of(x, u);
+      prec[t * k + j] = (uint8_t)p;
+      if (p == EXPERT_SKIP) {
+        skips++;
+        continue;
+      }
+      x->planned[2 * e + p]++;
+      // a cached (or arriving) high-precision copy beats loading a low one
+      if (p == EXPERT_LOW && x->tiered && experts_cache_find(&x->cache, EXPERT_HIGH, layer, e) >= 0) p = EXPERT_HIGH;
+      prec[t * k + j] = (uint8_t)p;
+      x->tok_cnt[e]++;
+      x->high_cnt[e] += p == EXPERT_HIGH;
+      x->grp[2 * e + p]++;
     }
   }
-}
-
-static model_tensor slice(const model_tensor *t, int32_t e) {
-  model_tensor v = *t;
-  v.data = (const char *)t->data + (size_t)e * t->mat_bytes;
-  v.ne2 = 1;
-  return v;
+  x->step.skips += skips;
+  if (n == 1) experts_predict_score(x, layer, sel, k);
+  if (x->trace) experts_trace_write_layer(x->trace, layer, X, x->planned, skips);
+  if (!x->tiered) {
+    for (int64_t g = 0; g < 2 * X; g++) x->step.hits[g % 2] += x->grp[g] > 0;
+    return;
+  }
+  x->need[0] = x->need[1] = 0;
+  for (int64_t g = 0; g < 2 * X; g++) x->need[g % 2] += x->grp[g] > 0;
+  for (int64_t e = 0; e < X; e++)
+    if (x->tok_cnt[e]) experts_cache_touch(&x->cache, layer, e, x->tok_cnt[e], x->high_cnt[e]);
+  // start every read this layer needs before waiting for any; a failure is
+  // reported by experts_get, which tries again
+  for (int64_t g = 0; g < 2 * X; g++)
+    if (x->grp[g]) (void)acquire(x, layer, g / 2, (int)(g % 2));
+  experts_prefetch_start(x, layer);
+  experts_io_submit(x->io);
 }
 
 mole_status experts_get(experts *x, int64_t layer, int32_t e, expert_prec p, expert_view *out) {
   MOLE_ASSERT(p == EXPERT_HIGH || p == EXPERT_LOW);
   MOLE_ASSERT(layer >= 0 && layer < x->m->hp.n_layer && e >= 0 && e < x->m->hp.n_expert);
-  const model_layer *ly = &x->m->layers[layer];
-  out->gate = slice(&ly->gate_exps, e);
-  out->up = slice(&ly->up_exps, e);
-  out->down = slice(&ly->down_exps, e);
-  x->n_get[p]++;
+  MOLE_ASSERT(p == EXPERT_HIGH || x->store.has_low);
+  const experts_store *st = &x->store;
+  model_tensor v[3];
+  if (!x->tiered) {
+    experts_store_views(st, p, layer, gguf_base(x->m->gguf), st->mat_off[p] + (layer * st->n_expert + e) * 3, v);
+  } else {
+    experts_cache *c = &x->cache;
+    int64_t s = experts_cache_find(c, p, layer, e);
+    if (s < 0 || !c->slots[p][s].pinned) {
+      mole_status r = acquire(x, layer, e, p);
+      if (r) return r;
+      experts_io_submit(x->io);
+      s = experts_cache_find(c, p, layer, e);
+    }
+    const experts_slot *sl = &c->slots[p][s];
+    if (sl->state == EXPERTS_SLOT_LOADING) {
+      const int64_t t0 = mole_time_us();
+      while (sl->state == EXPERTS_SLOT_LOADING) {
+        MOLE_ASSERT(experts_io_in_flight(x->io) > 0);
+        experts_reap(x, true);
+      }
+      x->step.stall_us += mole_time_us() - t0;
+    }
+    experts_extent ext[3];
+    size_t mb[3];
+    experts_store_extents(st, p, layer, e, ext, mb);
+    if (sl->io_err)
+      return mole_errorf(MOLE_ERR_IO, "%s: reading expert %d of layer %lld (%s precision) at file offset %llu: %s",
+                         gguf_path(x->m->gguf), e, (long long)layer, k_prec[p], (unsigned long long)ext[0].file_off,
+                         strerror(sl->io_err));
+    const uint64_t off[3] = {mb[0], mb[1], mb[2]};
+    experts_store_views(st, p, layer, x->arena[p] + (size_t)s * st->slot_bytes[p], off, v);
+  }
+  out->gate = v[0];
+  out->up = v[1];
+  out->down = v[2];
   return MOLE_OK;
 }
 
 void experts_layer_done(experts *x, int64_t layer) {
-  (void)x;
-  (void)layer;
+  if (!x->tiered) return;
+  for (int64_t i = 0; i < x->n_pins; i++) {
+    const int p = (int)(x->pins[i] >> 32);
+    x->cache.slots[p][x->pins[i] & 0xffffffff].pinned = false;
+  }
+  x->n_pins = 0;
+  experts_prefetch_release(x, layer);
 }
 
-void experts_predict(experts *x, int64_t layer, const float *h) {
-  (void)x;
-  (void)layer;
-  (void)h;
+static void counts_add(experts_counts *a, const experts_counts *b) {
+  for (int p = 0; p < 2; p++) {
+    a->hits[p] += b->hits[p];
+    a->prefetch_hits[p] += b->prefetch_hits[p];
+    a->misses[p] += b->misses[p];
+  }
+  a->skips += b->skips;
+  a->bytes_read += b->bytes_read;
+  a->reads += b->reads;
+  a->demand_bytes += b->demand_bytes;
+  a->stall_us += b->stall_us;
+  a->prefetches += b->prefetches;
+  a->prefetch_unused += b->prefetch_unused;
+  a->pred_correct += b->pred_correct;
+  a->pred_total += b->pred_total;
 }
 
 void experts_step_done(experts *x, int64_t n_tokens) {
+  if (x->tiered) {
+    experts_prefetch_release(x, -1);  // predictions do not outlive their token
+    experts_cache_end_step(&x->cache);
+  }
+  counts_add(&x->total, &x->step);
+  x->last = x->step;
+  memset(&x->step, 0, sizeof x->step);
   x->n_steps++;
   x->n_tokens += n_tokens;
+  x->step_open = false;
 }
 
-void experts_reset_sequence(experts *x) { (void)x; }
-
-void experts_print_stats(const experts *x, FILE *f) {
-  fprintf(f, "experts: all resident (mapped); %lld high-precision uses, %lld skipped, over %lld tokens\n",
-          (long long)x->n_get[EXPERT_HIGH], (long long)x->n_skip, (long long)x->n_tokens);
+void experts_reset_sequence(experts *x) {
+  if (x->tiered) experts_cache_reset_sequence(&x->cache);
+  if (x->pred_valid) memset(x->pred_valid, 0, (size_t)(x->m->hp.n_layer * EXPERTS_MAX_DEPTH) * sizeof *x->pred_valid);
 }

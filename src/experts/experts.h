@@ -20,7 +20,12 @@ typedef struct expert_view {
 
 typedef struct experts experts;
 
-// Creates the provider of model m from its offload parameters (m->offload).
+// Creates the provider of model m from its offload parameters (m->offload):
+// everything resident (views into the mapping) when expert_budget is 0, or
+// auto and the model fits in the memory available (MemAvailable, cgroup
+// limit); otherwise a RAM cache of that budget in front of the file, read
+// with O_DIRECT. Errors name the parameter (--expert-budget, --cache-policy,
+// --cache-weights, --io, --t1/--t2, --prefetch-depth, --trace-routing).
 mole_status experts_open(mole_model *m, experts **out);
 void experts_close(experts *x);
 
@@ -49,6 +54,50 @@ void experts_predict(experts *x, int64_t layer, const float *h);
 void experts_step_done(experts *x, int64_t n_tokens);
 void experts_reset_sequence(experts *x);
 
+// ---- statistics -------------------------------------------------------------
+// Offload counters of one step or of the whole run. A request is one
+// (layer, expert, precision) a layer uses in a step.
+typedef struct experts_counts {
+  int64_t hits[2];           // requests found in RAM (high, low)
+  int64_t prefetch_hits[2];  // of those, the first use of a copy the predictor brought in
+  int64_t misses[2];         // requests read from disk on demand
+  int64_t skips;             // (token, choice) pairs skipped (unimportance above T2)
+  int64_t bytes_read;        // bytes read from disk, demand and prefetch
+  int64_t reads;             // experts read from disk
+  int64_t demand_bytes;      // bytes of the demand reads
+  int64_t stall_us;          // time the forward pass waited for reads
+  int64_t prefetches;        // experts the predictor started reading
+  int64_t prefetch_unused;   // prefetched copies their layer did not use
+  int64_t pred_correct;      // predicted experts the router then chose
+  int64_t pred_total;        // predicted experts checked
+} experts_counts;
+
+enum { EXPERTS_MAX_DEPTH = 4 };  // layers the predictor looks ahead at most
+
+typedef struct experts_stats {
+  bool tiered;                // false: every expert resident (mapped)
+  const char *io;             // "io_uring", "pread" or "mmap"
+  bool direct;                // O_DIRECT reads
+  const char *policy;         // cache policy name
+  float weights[4];           // w_lru, w_lfu, w_lhu, w_fld in use
+  float t1, t2;
+  int prefetch_depth;         // layers predicted ahead now (0 = off)
+  bool has_low;               // low-precision copies exist
+  int64_t budget_bytes;       // tiered: the RAM budget for experts
+  int64_t slots[2];           // cache slots per precision
+  int64_t slot_bytes[2];      // bytes of one slot
+  int64_t resident_bytes;     // expert bytes in RAM now (tiered: filled slots; resident: all)
+  int64_t expert_bytes[2];    // every expert of the model per precision
+  int64_t tokens, steps;      // tokens and forward calls so far
+  experts_counts total;       // the whole run
+  experts_counts last;        // the last step (one token when decoding)
+  int64_t pred_correct_at[EXPERTS_MAX_DEPTH], pred_total_at[EXPERTS_MAX_DEPTH];  // by distance 1..
+  double hit_rate;            // hits / (hits + misses) over both precisions; -1 without requests
+  double pred_accuracy;       // pred_correct / pred_total; -1 when nothing was predicted
+  double stall_gbps;          // demand bytes / stall time (GB/s); -1 without stalls
+} experts_stats;
+
+void experts_get_stats(const experts *x, experts_stats *out);
 // Writes the statistics (--stats) to f.
 void experts_print_stats(const experts *x, FILE *f);
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "experts/experts.h"
+#include "experts/store.h"
 #include "model/model.h"
 
 typedef struct arch_desc {
@@ -284,9 +285,15 @@ static mole_status bind_layer(loader *L, int64_t il) {
   } else {
     int64_t X = hp->n_expert, F = hp->n_ff_exp;
     TRY(bind_mat(L, &ly->gate_inp, NAME("ffn_gate_inp.weight"), true, E, X, 1));
-    TRY(bind_mat(L, &ly->gate_exps, NAME("ffn_gate_exps.weight"), true, E, F, X));
-    TRY(bind_mat(L, &ly->up_exps, NAME("ffn_up_exps.weight"), true, E, F, X));
-    TRY(bind_mat(L, &ly->down_exps, NAME("ffn_down_exps.weight"), true, F, E, X));
+    if (experts_store_is_packed(L->f)) {
+      // packed expert store (mole pack): no ffn_*_exps stacks; shapes and types
+      // come from its mole.pack.* metadata, the weights only via the provider
+      TRY(experts_store_describe(L->f, L->path, hp, il, &ly->gate_exps, &ly->up_exps, &ly->down_exps));
+    } else {
+      TRY(bind_mat(L, &ly->gate_exps, NAME("ffn_gate_exps.weight"), true, E, F, X));
+      TRY(bind_mat(L, &ly->up_exps, NAME("ffn_up_exps.weight"), true, E, F, X));
+      TRY(bind_mat(L, &ly->down_exps, NAME("ffn_down_exps.weight"), true, F, E, X));
+    }
     if (ad->shexp) {
       int64_t S = hp->n_ff_shexp;
       if (S <= 0)

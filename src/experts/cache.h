@@ -1,0 +1,96 @@
+// experts/cache: which (layer, expert) copies the RAM budget holds and which
+// one to evict. Pure bookkeeping, no I/O: the provider (experts.c) and the
+// offline simulator (trace.c, `mole cachesim`) drive the same code.
+//
+// The budget is split into two pools of fixed-size slots, one per precision
+// (high- and low-precision copies are accounted separately). Eviction takes
+// the lowest HOBBIT priority
+//   p = w_lru*R/T + w_lfu*F/T + w_lhu*H/T + w_fld*(1 - ((l_i - l_t + L) mod L)/L)
+// R: the token count when the expert was last used, F: tokens routed to it,
+// H: of those, in high precision, T: tokens of the sequence so far (this
+// step included), l_i: its layer, l_t: the layer being computed, L: layers.
+// Ties go to the least recently used, then the lower slot. Hard-pinned slots
+// (in use by the current layer), slots being read and (unless asked) soft-
+// pinned ones (prefetched, not used yet) are never evicted.
+#ifndef MOLE_EXPERTS_CACHE_H
+#define MOLE_EXPERTS_CACHE_H
+
+#include "base/base.h"
+
+typedef enum {
+  EXPERTS_POLICY_LRU = 0,
+  EXPERTS_POLICY_LFU,
+  EXPERTS_POLICY_LHU,
+  EXPERTS_POLICY_FLD,
+  EXPERTS_POLICY_HOBBIT,
+  EXPERTS_POLICY_COUNT
+} experts_policy;
+
+// The weights HOBBIT uses when none are given (w_lru, w_lfu, w_lhu, w_fld).
+extern const float k_experts_hobbit_weights[4];
+
+const char *experts_policy_name(experts_policy p);
+// Policy by name (NULL = hobbit) and its weights: `w_in` all zero = the
+// policy's own; non-zero weights are only valid with hobbit and must be >= 0
+// and sum to 1 (+-1e-3). Errors name the policy or the weights.
+mole_status experts_policy_parse(const char *name, const float w_in[4], experts_policy *pol, float w_out[4]);
+
+typedef enum { EXPERTS_SLOT_EMPTY = 0, EXPERTS_SLOT_LOADING, EXPERTS_SLOT_READY } experts_slot_state;
+
+typedef struct experts_slot {
+  int32_t layer, expert;  // the copy held; -1 when empty
+  uint8_t state;          // experts_slot_state
+  bool pinned;            // in use by the current layer
+  bool soft;              // prefetched and not used yet
+  bool prefetched;        // loaded by a prefetch (stats: prefetch hit on first use)
+  int32_t io_pending;     // reads in flight (provider)
+  int32_t io_err;         // errno of a failed read (provider)
+} experts_slot;
+
+typedef struct experts_cache {
+  int64_t n_layer, n_expert;
+  experts_policy policy;
+  float w[4];
+  int64_t n_slots[2];       // per precision (0 high, 1 low)
+  experts_slot *slots[2];   // [n_slots[p]]
+  int32_t *slot_of[2];      // [n_layer*n_expert] -> slot, -1 when not cached
+  int64_t *last_use;        // [n_layer*n_expert] R: T when last used (0 = never this sequence)
+  int64_t *uses;            // [n_layer*n_expert] F
+  int64_t *uses_high;       // [n_layer*n_expert] H
+  int64_t t;                // tokens of the sequence before this step
+  int64_t t_now;            // T: tokens including the step being computed
+  int64_t n_soft[2];        // soft-pinned slots per pool
+} experts_cache;
+
+mole_status experts_cache_init(experts_cache *c, int64_t n_layer, int64_t n_expert, int64_t n_high, int64_t n_low,
+                               experts_policy policy, const float w[4]);
+void experts_cache_free(experts_cache *c);
+
+// Slot of (layer, e) in pool p, or -1.
+static inline int64_t experts_cache_find(const experts_cache *c, int p, int64_t layer, int64_t e) {
+  return c->slot_of[p][layer * c->n_expert + e];
+}
+double experts_cache_priority(const experts_cache *c, int64_t layer, int64_t e, int64_t layer_now);
+// The slot to fill next in pool p: an empty one, else the lowest-priority
+// evictable one (soft-pinned ones too when allow_soft); -1 when none.
+int64_t experts_cache_victim(const experts_cache *c, int p, int64_t layer_now, bool allow_soft);
+// Gives slot s of pool p to (layer, e) (forgetting what it held): LOADING.
+void experts_cache_assign(experts_cache *c, int p, int64_t s, int64_t layer, int64_t e);
+// Empties slot s (a failed read).
+void experts_cache_drop(experts_cache *c, int p, int64_t s);
+void experts_cache_set_soft(experts_cache *c, int p, int64_t s, bool soft);
+// Starts a step of n tokens (T = t + n).
+void experts_cache_begin_step(experts_cache *c, int64_t n);
+void experts_cache_end_step(experts_cache *c);
+// Expert (layer, e) was used by n_tok tokens of this step, n_high of them in
+// high precision.
+void experts_cache_touch(experts_cache *c, int64_t layer, int64_t e, int64_t n_tok, int64_t n_high);
+// Forgets R, F, H and T (a new sequence); the cached copies stay.
+void experts_cache_reset_sequence(experts_cache *c);
+
+// Slots per pool for a budget: everything for high when low copies are not
+// in use; otherwise the same number of slots in each pool.
+void experts_cache_split(int64_t budget, int64_t slot_high, int64_t slot_low, bool low_in_use, int64_t *n_high,
+                         int64_t *n_low);
+
+#endif

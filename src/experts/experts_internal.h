@@ -1,0 +1,76 @@
+// The provider's state, shared by its files: experts.c (open, plan, get),
+// predict.c (predictor and prefetch), stats.c (statistics).
+#ifndef MOLE_EXPERTS_INTERNAL_H
+#define MOLE_EXPERTS_INTERNAL_H
+
+#include <stdio.h>
+
+#include "experts/cache.h"
+#include "experts/experts.h"
+#include "experts/io.h"
+#include "experts/store.h"
+
+struct experts {
+  mole_model *m;
+  float t1, t2;
+  bool tiered;
+  bool low_in_use;             // low copies exist and T2 > T1
+  experts_store store;
+  experts_policy policy;
+  float weights[4];
+  // tiered mode
+  int64_t budget;
+  experts_cache cache;
+  experts_io *io;
+  char *arena[2];              // [slots[p]][slot_bytes[p]]
+  int64_t *pins;               // [2*n_expert] slots pinned by the current layer: p*2^32 + slot
+  int64_t n_pins;
+  int64_t soft_cap[2];         // most slots prefetches may hold per pool
+  int64_t n_loading[2];        // slots being read per pool
+  experts_io_done *done;       // [io requests]
+  int64_t max_io;
+  int64_t need[2];             // requests per precision of the layer being planned
+  // plan scratch
+  int64_t *tok_cnt;            // [n_expert] tokens routed to each expert in this layer
+  int64_t *high_cnt;           // [n_expert] of those in high precision
+  int64_t *grp;                // [2*n_expert] tokens per (expert, precision) after the cache preference
+  int64_t *planned;            // [2*n_expert] tokens per (expert, precision) as T1/T2 chose (trace)
+  // predictor
+  int depth_cfg;               // --prefetch-depth (-1 adaptive)
+  int depth;                   // in use
+  float *routers;              // [n_layer][n_expert][n_embd] every router in f32 (stacked gates)
+  float *pred_logits;          // [EXPERTS_MAX_DEPTH*n_expert]
+  int32_t *pred;               // [n_layer][EXPERTS_MAX_DEPTH][n_used] experts predicted for a layer, by distance
+  bool *pred_valid;            // [n_layer][EXPERTS_MAX_DEPTH]
+  int64_t *pf_pending;         // [EXPERTS_MAX_DEPTH*n_used] prefetches to start after the plan: (target, e, p)
+  int64_t n_pf_pending;
+  int64_t pf_layer;            // the layer whose plan starts them
+  // statistics
+  bool step_open;
+  int64_t n_steps, n_tokens;
+  experts_counts total, step, last;
+  int64_t pred_correct_at[EXPERTS_MAX_DEPTH], pred_total_at[EXPERTS_MAX_DEPTH];
+  // routing trace
+  FILE *trace;
+};
+
+// predict.c
+mole_status experts_predict_init(experts *x);
+void experts_predict_free(experts *x);
+// Checks the predictions made for `layer` against its routing (sel [k]).
+void experts_predict_score(experts *x, int64_t layer, const int32_t *sel, int64_t k);
+// Starts the prefetches predict() queued for after this layer's demand reads.
+void experts_prefetch_start(experts *x, int64_t layer);
+// Releases the soft pins of prefetched copies for `layer` (-1: all).
+void experts_prefetch_release(experts *x, int64_t layer);
+
+// experts.c, for predict.c: starts reading (layer, e) in precision p into a
+// slot chosen with layer_now as the current layer; soft = a prefetch (soft
+// pin, else no pin). MOLE_ERR_NOMEM (no message) when no slot can be freed.
+mole_status experts_load(experts *x, int p, int64_t layer, int64_t e, int64_t layer_now, bool soft);
+// Collects finished reads; blocks for one when wait.
+void experts_reap(experts *x, bool wait);
+// The precision T1/T2 give a choice of unimportance u (HIGH when low copies are not in use).
+expert_prec experts_prec_of(const experts *x, float u);
+
+#endif

@@ -1,0 +1,40 @@
+// experts/io: asynchronous reads of expert regions from the model file,
+// through io_uring (O_DIRECT) or a pthread pool doing pread. Offsets, lengths
+// and buffers of reads are multiples of EXPERTS_IO_ALIGN (O_DIRECT's rule).
+// Every table is sized at open: reading allocates nothing.
+#ifndef MOLE_EXPERTS_IO_H
+#define MOLE_EXPERTS_IO_H
+
+#include "base/base.h"
+
+enum { EXPERTS_IO_ALIGN = 4096 };
+
+typedef struct experts_io experts_io;
+
+typedef struct experts_io_done {
+  uint64_t tag;  // the caller's tag of the request
+  int32_t err;   // 0, or the errno of the failed read
+} experts_io_done;
+
+// Opens path for reading with O_DIRECT (buffered reads dropped from the page
+// cache after use when the file system refuses O_DIRECT) and the engine
+// `mode`: "uring", "pread" or NULL (io_uring when the kernel allows it). If
+// io_uring cannot be set up, falls back to pread with a logged note.
+// max_requests: reads in flight at once.
+mole_status experts_io_open(const char *path, const char *mode, int64_t max_requests, experts_io **out);
+void experts_io_close(experts_io *io);
+const char *experts_io_kind(const experts_io *io);  // "io_uring" or "pread"
+bool experts_io_direct(const experts_io *io);       // O_DIRECT in use
+uint64_t experts_io_file_size(const experts_io *io);
+
+// Queues a read of len bytes at off into buf; the file may end inside it
+// (the rest is zeroed). MOLE_ERR_INTERNAL when max_requests are in flight.
+mole_status experts_io_read(experts_io *io, void *buf, size_t len, uint64_t off, uint64_t tag);
+// Hands queued reads to the kernel / the workers.
+void experts_io_submit(experts_io *io);
+// Finished requests (up to max) into done; with wait, blocks until at least
+// one finishes (returns 0 only when nothing is in flight).
+int experts_io_reap(experts_io *io, bool wait, experts_io_done *done, int max);
+int64_t experts_io_in_flight(const experts_io *io);
+
+#endif

@@ -1,0 +1,160 @@
+// The predictor: the routers of layers l+1..l+p applied to layer l's gate
+// input in one stacked matmul (every router is kept in f32 as one
+// [n_layer][n_expert][n_embd] array, so the rows of layers l+1..l+p are
+// contiguous), top-k per predicted layer, the precision the plan would give,
+// and prefetches of what is not in RAM yet. Predictions are scored when the
+// predicted layer is routed.
+#include <math.h>
+#include <string.h>
+
+#include "base/pool.h"
+#include "experts/experts_internal.h"
+#include "experts/trace.h"
+
+mole_status experts_predict_init(experts *x) {
+  const model_hparams *hp = &x->m->hp;
+  const int64_t L = hp->n_layer, X = hp->n_expert, E = hp->n_embd, K = hp->n_expert_used;
+  x->depth = 0;
+  // resident mode predicts only to record the trace (and score it)
+  if (x->depth_cfg == 0 || L < 2 || (!x->tiered && !x->trace)) return MOLE_OK;
+  if (x->depth_cfg > 0) {
+    x->depth = x->depth_cfg;
+  } else {
+    // adaptive: the layers whose predicted experts fit in a quarter of the high pool
+    const int64_t slots = x->tiered ? x->cache.n_slots[0] : L * X;
+    x->depth = (int)MOLE_MAX(1, MOLE_MIN(EXPERTS_MAX_DEPTH, slots / (4 * K)));
+  }
+  x->routers = mole_aligned_alloc(64, (size_t)(L * X * E) * sizeof *x->routers);
+  x->pred_logits = mole_malloc((size_t)(EXPERTS_MAX_DEPTH * X) * sizeof *x->pred_logits);
+  x->pred = mole_calloc((size_t)(L * EXPERTS_MAX_DEPTH * K), sizeof *x->pred);
+  x->pred_valid = mole_calloc((size_t)(L * EXPERTS_MAX_DEPTH), sizeof *x->pred_valid);
+  x->pf_pending = mole_malloc((size_t)(EXPERTS_MAX_DEPTH * K) * sizeof *x->pf_pending);
+  if (!x->routers || !x->pred_logits || !x->pred || !x->pred_valid || !x->pf_pending)
+    return mole_errorf(MOLE_ERR_NOMEM, "experts: out of memory for the predictor's %lld routers", (long long)L);
+  for (int64_t l = 0; l < L; l++) {
+    const model_tensor *g = &x->m->layers[l].gate_inp;
+    const quant_traits *tr = quant_traits_of(g->type);
+    for (int64_t r = 0; r < X; r++) tr->to_float((const char *)g->data + (size_t)r * g->row_bytes, x->routers + (l * X + r) * E, E);
+  }
+  return MOLE_OK;
+}
+
+void experts_predict_free(experts *x) {
+  mole_aligned_free(x->routers);
+  mole_free(x->pred_logits);
+  mole_free(x->pred);
+  mole_free(x->pred_valid);
+  mole_free(x->pf_pending);
+}
+
+typedef struct logits_job {
+  const float *w;  // [rows][n]
+  const float *h;  // [n]
+  float *y;        // [rows]
+  int64_t rows, n;
+} logits_job;
+
+static void logits_worker(void *ctx, int ith, int nth) {
+  const logits_job *j = ctx;
+  int64_t r0, r1;
+  mole_split(j->rows, ith, nth, &r0, &r1);
+  const quant_traits *f32 = quant_traits_of(QT_F32);
+  for (int64_t r = r0; r < r1; r++) f32->vec_dot(j->n, &j->y[r], j->w + r * j->n, j->h);
+}
+
+void experts_predict(experts *x, int64_t layer, const float *h) {
+  if (x->depth == 0) return;
+  const model_hparams *hp = &x->m->hp;
+  const int64_t L = hp->n_layer, X = hp->n_expert, E = hp->n_embd, K = hp->n_expert_used;
+  const int64_t d_max = MOLE_MIN((int64_t)x->depth, L - 1 - layer);
+  x->n_pf_pending = 0;
+  x->pf_layer = layer;
+  if (d_max <= 0) return;
+  logits_job job = {x->routers + (layer + 1) * X * E, h, x->pred_logits, d_max * X, E};
+  if (job.rows * E >= 65536) mole_pool_run(x->m->pool, logits_worker, &job);
+  else logits_worker(&job, 0, 1);
+  for (int64_t d = 1; d <= d_max; d++) {
+    const int64_t target = layer + d;
+    float *p = x->pred_logits + (d - 1) * X;
+    float mx = -INFINITY;
+    for (int64_t e = 0; e < X; e++) mx = p[e] > mx ? p[e] : mx;
+    for (int64_t e = 0; e < X; e++) p[e] = expf(p[e] - mx);  // unnormalised: only ratios matter below
+    int32_t *sel = x->pred + (target * EXPERTS_MAX_DEPTH + d - 1) * K;
+    float wsum = 0, w[64];
+    uint8_t prec[64];
+    MOLE_ASSERT(K <= 64);
+    for (int64_t k = 0; k < K; k++) {
+      int32_t best = -1;
+      for (int64_t e = 0; e < X; e++) {
+        bool taken = false;
+        for (int64_t j = 0; j < k; j++) taken = taken || sel[j] == e;
+        if (!taken && (best < 0 || p[e] > p[best])) best = (int32_t)e;
+      }
+      sel[k] = best;
+      w[k] = p[best];
+      wsum += w[k];
+    }
+    x->pred_valid[target * EXPERTS_MAX_DEPTH + d - 1] = true;
+    float above = 0;
+    for (int64_t k = 0; k < K; k++) {
+      const expert_prec pr = experts_prec_of(x, wsum > 0 ? above / wsum : 0);
+      above += w[k];
+      prec[k] = (uint8_t)pr;
+      if (pr != EXPERT_SKIP && x->tiered) x->pf_pending[x->n_pf_pending++] = (target * X + sel[k]) * 2 + pr;
+    }
+    if (x->trace) experts_trace_write_pred(x->trace, layer, target, K, sel, prec);
+  }
+}
+
+void experts_predict_score(experts *x, int64_t layer, const int32_t *sel, int64_t k) {
+  if (!x->pred_valid) return;
+  for (int d = 0; d < EXPERTS_MAX_DEPTH; d++) {
+    bool *v = &x->pred_valid[layer * EXPERTS_MAX_DEPTH + d];
+    if (!*v) continue;
+    *v = false;
+    const int32_t *pr = x->pred + (layer * EXPERTS_MAX_DEPTH + d) * k;
+    int64_t ok = 0;
+    for (int64_t i = 0; i < k; i++)
+      for (int64_t j = 0; j < k; j++) ok += pr[i] == sel[j];
+    x->step.pred_correct += ok;
+    x->step.pred_total += k;
+    x->pred_correct_at[d] += ok;
+    x->pred_total_at[d] += k;
+  }
+}
+
+void experts_prefetch_start(experts *x, int64_t layer) {
+  if (x->pf_layer != layer || x->n_pf_pending == 0) return;
+  const int64_t X = x->m->hp.n_expert;
+  experts_cache *c = &x->cache;
+  for (int64_t i = 0; i < x->n_pf_pending; i++) {
+    const int p = (int)(x->pf_pending[i] % 2);
+    const int64_t target = x->pf_pending[i] / 2 / X, e = x->pf_pending[i] / 2 % X;
+    if (p == EXPERT_LOW && experts_cache_find(c, EXPERT_HIGH, target, e) >= 0) continue;  // the plan will take it
+    const int64_t s = experts_cache_find(c, p, target, e);
+    if (s >= 0) {
+      // already here: keep it until its layer runs
+      if (!c->slots[p][s].pinned && c->n_soft[p] < x->soft_cap[p]) experts_cache_set_soft(c, p, s, true);
+      continue;
+    }
+    if (c->n_soft[p] >= x->soft_cap[p]) continue;
+    (void)experts_load(x, p, target, e, layer, true);  // no free slot: no prefetch
+  }
+  x->n_pf_pending = 0;
+}
+
+void experts_prefetch_release(experts *x, int64_t layer) {
+  experts_cache *c = &x->cache;
+  for (int p = 0; p < 2; p++) {
+    if (c->n_soft[p] == 0) continue;
+    for (int64_t s = 0; s < c->n_slots[p]; s++) {
+      experts_slot *sl = &c->slots[p][s];
+      if (!sl->soft || (layer >= 0 && sl->layer != layer)) continue;
+      experts_cache_set_soft(c, p, s, false);
+      if (sl->prefetched) {
+        x->step.prefetch_unused++;
+        sl->prefetched = false;
+      }
+    }
+  }
+}

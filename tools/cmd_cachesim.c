@@ -1,0 +1,109 @@
+// mole cachesim: replays a routing trace (--trace-routing) through the expert
+// cache with a budget and policy, to compare policies without the model.
+#include <stdio.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "cli.h"
+#include "common.h"
+#include "experts/budget.h"
+#include "experts/trace.h"
+
+static const char *k_help =
+    "usage: mole cachesim --trace FILE --budget B [--cache-policy P|all] [--cache-weights W] [--prefetch] [--json]\n"
+    "Replays a routing trace written by --trace-routing through the expert cache and prints\n"
+    "hit rates and bytes read per token.\n"
+    "  --trace FILE        the trace (required)\n"
+    "  --budget B          RAM for experts: 512MiB, 2GiB, 40% (of every expert in high precision) (required)\n"
+    "  --cache-policy P    lru|lfu|lhu|fld|hobbit, or all (default: all)\n"
+    "  --cache-weights W   hobbit's w_lru,w_lfu,w_lhu,w_fld (sum 1)\n"
+    "  --prefetch          replay the predictor's prefetches (P records)\n"
+    "  --json              one JSON object per policy\n";
+
+static void print_result(const char *policy, const float *w, const experts_sim_result *r, bool prefetch, bool json) {
+  const experts_counts *c = &r->c;
+  const double nt = (double)MOLE_MAX(r->tokens, 1);
+  const int64_t hits = c->hits[0] + c->hits[1], req = hits + c->misses[0] + c->misses[1];
+  const double hr = req ? (double)hits / (double)req : 0;
+  const int64_t rh = c->hits[0] + c->misses[0], rl = c->hits[1] + c->misses[1];
+  if (json) {
+    printf("{\"policy\": \"%s\", \"weights\": [%g, %g, %g, %g], \"budget\": %lld, \"slots_high\": %lld, \"slots_low\": %lld, "
+           "\"prefetch\": %s, \"steps\": %lld, \"tokens\": %lld, \"requests\": %lld, \"hit_rate\": %.4f, "
+           "\"hits_high\": %lld, \"misses_high\": %lld, \"hits_low\": %lld, \"misses_low\": %lld, \"prefetch_hits\": %lld, "
+           "\"prefetches\": %lld, \"prefetch_unused\": %lld, \"bytes_read\": %lld, \"bytes_per_token\": %.1f}\n",
+           policy, (double)w[0], (double)w[1], (double)w[2], (double)w[3], (long long)r->budget, (long long)r->slots[0],
+           (long long)r->slots[1], prefetch ? "true" : "false", (long long)r->steps, (long long)r->tokens, (long long)req,
+           hr, (long long)c->hits[0], (long long)c->misses[0], (long long)c->hits[1], (long long)c->misses[1],
+           (long long)(c->prefetch_hits[0] + c->prefetch_hits[1]), (long long)c->prefetches, (long long)c->prefetch_unused,
+           (long long)c->bytes_read, (double)c->bytes_read / nt);
+    return;
+  }
+  char a[32];
+  printf("%-7s hit rate %6.2f%%  high %6.2f%% of %lld", policy, 100.0 * hr, rh ? 100.0 * (double)c->hits[0] / (double)rh : 0,
+         (long long)rh);
+  if (r->slots[1]) printf("  low %6.2f%% of %lld", rl ? 100.0 * (double)c->hits[1] / (double)rl : 0, (long long)rl);
+  printf("  misses/token %.2f  read/token %s", (double)(c->misses[0] + c->misses[1]) / nt,
+         experts_fmt_bytes(a, sizeof a, (double)c->bytes_read / nt));
+  if (prefetch) printf("  prefetched %lld (%lld unused)", (long long)c->prefetches, (long long)c->prefetch_unused);
+  printf("\n");
+}
+
+int cmd_cachesim(int argc, char **argv) {
+  const char *trace = NULL, *policy = "all";
+  bool have_budget = false, prefetch = false, json = false, have_w = false;
+  experts_sim_params sp = {0};
+  float w_in[4] = {0};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      fputs(k_help, stdout);
+      return 0;
+    } else if (!strcmp(a, "--trace")) {
+      if (!(trace = cli_value(argc, argv, &i))) return 2;
+    } else if (!strcmp(a, "--budget") || !strcmp(a, "--expert-budget")) {
+      if (!(v = cli_value(argc, argv, &i))) return 2;
+      if (experts_parse_budget(v, &sp.budget, &sp.budget_frac) || sp.budget < 0 || (sp.budget == 0 && sp.budget_frac == 0))
+        return cli_usage_error("cachesim", "%s: '%s' is not a budget (e.g. 512MiB, 2GiB, 40%%)", a, v);
+      have_budget = true;
+    } else if (!strcmp(a, "--cache-policy")) {
+      if (!(policy = cli_value(argc, argv, &i))) return 2;
+    } else if (!strcmp(a, "--cache-weights")) {
+      // the model flags' parser validates the list
+      cli_model_opts mo = {0};
+      if (cli_model_flag(argc, argv, &i, &mo) < 0) return 2;
+      memcpy(w_in, mo.cache_weights, sizeof w_in);
+      have_w = true;
+    } else if (!strcmp(a, "--prefetch")) {
+      prefetch = true;
+    } else if (!strcmp(a, "--json")) {
+      json = true;
+    } else {
+      return cli_usage_error("cachesim", "unknown flag '%s'", a);
+    }
+  }
+  if (!trace) return cli_usage_error("cachesim", "--trace FILE is required");
+  if (!have_budget) return cli_usage_error("cachesim", "--budget is required");
+  sp.prefetch = prefetch;
+  const bool all = !strcmp(policy, "all");
+  if (all && have_w) return cli_usage_error("cachesim", "--cache-weights needs --cache-policy hobbit");
+  int rc = 0;
+  for (int p = 0; p < EXPERTS_POLICY_COUNT && rc == 0; p++) {
+    const char *name = all ? experts_policy_name((experts_policy)p) : policy;
+    if (experts_policy_parse(name, have_w ? w_in : NULL, &sp.policy, sp.weights))
+      return cli_usage_error("cachesim", "--cache-policy/--cache-weights: %s", mole_last_error());
+    experts_sim_result r;
+    mole_status st = experts_cachesim(trace, &sp, &r);
+    if (st) return cli_error("cachesim", st);
+    if (p == 0 && !json) {
+      char a[32];
+      printf("trace: %lld layers, %lld experts (%lld used), %lld steps, %lld tokens; budget %s: %lld high",
+             (long long)r.h.n_layer, (long long)r.h.n_expert, (long long)r.h.n_used, (long long)r.steps, (long long)r.tokens,
+             experts_fmt_bytes(a, sizeof a, (double)r.budget), (long long)r.slots[0]);
+      if (r.slots[1]) printf(" + %lld low", (long long)r.slots[1]);
+      printf(" slots\n");
+    }
+    print_result(name, sp.weights, &r, prefetch, json);
+    if (!all) break;
+  }
+  return rc;
+}
