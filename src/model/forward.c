@@ -22,6 +22,9 @@ struct model_scratch {
   float *scores;      // [nth][n_ctx] attention scores per thread
   float *qrow;        // [nth][head_dim] query row per thread (rounded for f16 kv)
   float *vacc;        // [nth][head_dim_v] value row as f32 per thread
+  int64_t att_tb;     // tokens per attention block (f16 cache)
+  float *att_s;       // [nth][att_tb*group][n_ctx] scores of a block (f16 cache)
+  uint16_t *att_q;    // [nth][att_tb*group][head_dim] f16 queries of a block
   void *xq;           // [n_assign_max][q_row] converted activations
   void *hq;           // [n_assign_max][q_row] converted FFN hidden rows
   float *ff_g;        // [n_assign_max][ff_max]
@@ -67,6 +70,10 @@ mole_status model_scratch_new(const mole_model *m, int64_t n_batch, int64_t n_ct
   ALLOC(s->scores, nth * n_ctx);
   ALLOC(s->qrow, nth * hp->head_dim);
   ALLOC(s->vacc, nth * hp->head_dim_v);
+  const int64_t group = hp->n_head / hp->n_head_kv;
+  s->att_tb = MOLE_MAX(64 / group, 1);
+  ALLOC(s->att_s, nth * s->att_tb * group * n_ctx);
+  ALLOC(s->att_q, nth * s->att_tb * group * hp->head_dim);
   ok = ok && (s->xq = mole_aligned_alloc(64, (size_t)A * s->q_row)) != NULL;
   ok = ok && (s->hq = mole_aligned_alloc(64, (size_t)A * s->q_row)) != NULL;
   ALLOC(s->ff_g, A * s->ff_max);
@@ -93,7 +100,7 @@ mole_status model_scratch_new(const mole_model *m, int64_t n_batch, int64_t n_ct
 
 void model_scratch_free(model_scratch *s) {
   if (!s) return;
-  void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->y, s->sh, s->scores, s->qrow, s->vacc, s->xq, s->hq,
+  void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->y, s->sh, s->scores, s->qrow, s->vacc, s->att_s, s->att_q, s->xq, s->hq,
                   s->ff_g, s->ff_u, s->ff_o, s->router, s->sel, s->selw, s->prec, s->grp_cnt, s->grp_off, s->views, s->slot_tok,
                   s->tok_slot, s->tasks};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mole_aligned_free(bufs[i]);
@@ -172,6 +179,62 @@ static void attn_worker(void *ctx, int ith, int nth) {
   }
 }
 
+static void axpy(float *restrict o, const float *restrict v, float w, int64_t n) {
+  for (int64_t c = 0; c < n; c++) o[c] += w * v[c];
+}
+
+// f16 cache: one work item is (KV head g, block of att_tb tokens). The scores
+// of all the block's query rows (tokens x heads of the group) against the
+// keys are one f16 matmul (queries rounded to f16, as ggml does); each value
+// row is converted once per block and added into every query's output with
+// its probability rounded to f16.
+static void attn_worker_f16(void *ctx, int ith, int nth) {
+  const attn_job *j = ctx;
+  const model_hparams *hp = &j->m->hp;
+  model_scratch *s = j->s;
+  const int64_t hd = hp->head_dim, hdv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv, TB = s->att_tb;
+  const int64_t n_blk = (j->n + TB - 1) / TB, ldq = hp->n_head * hd, ldo = hp->n_head * hdv;
+  const quant_traits *f16t = quant_traits_of(QT_F16);
+  float *S = s->att_s + (size_t)ith * (size_t)(TB * group * s->n_ctx);
+  uint16_t *Q = s->att_q + (size_t)ith * (size_t)(TB * group * hd);
+  float *vr = s->vacc + (size_t)ith * (size_t)hdv;
+  int64_t p0, p1;
+  mole_split(hp->n_head_kv * n_blk, ith, nth, &p0, &p1);
+  for (int64_t p = p0; p < p1; p++) {
+    const int64_t g = p / n_blk, t0 = (p % n_blk) * TB, t1 = MOLE_MIN(t0 + TB, j->n);
+    const int64_t rows = (t1 - t0) * group, n_kv = j->n_past + t1;  // keys any row of the block sees
+    for (int64_t t = t0; t < t1; t++)
+      for (int64_t h = 0; h < group; h++)
+        f16t->from_float(s->q + t * ldq + (g * group + h) * hd, Q + ((t - t0) * group + h) * hd, hd);
+    quant_gemm(QT_F16, (const char *)kv_k_row(j->kv, j->layer, 0) + (size_t)g * (size_t)hd * 2, j->kv->k_row, Q,
+               (size_t)hd * 2, S, s->n_ctx, 0, n_kv, rows, hd);
+    for (int64_t r = 0; r < rows; r++) {
+      const int64_t t = t0 + r / group, len = j->n_past + t + 1;
+      float *sc = S + r * s->n_ctx, mx = -INFINITY;
+      for (int64_t i = 0; i < len; i++) {
+        sc[i] *= hp->attn_scale;
+        mx = sc[i] > mx ? sc[i] : mx;
+      }
+      double sum = 0;
+      for (int64_t i = 0; i < len; i++) {
+        sc[i] = expf(sc[i] - mx);
+        sum += sc[i];
+      }
+      const float inv = (float)(1.0 / sum);
+      for (int64_t i = 0; i < len; i++) sc[i] = quant_f16_to_f32(quant_f32_to_f16(sc[i] * inv));
+      memset(s->att + t * ldo + (g * group + r % group) * hdv, 0, (size_t)hdv * sizeof(float));
+    }
+    for (int64_t i = 0; i < n_kv; i++) {
+      f16t->to_float((const uint16_t *)kv_v_row(j->kv, j->layer, i) + g * hdv, vr, hdv);
+      for (int64_t r = 0; r < rows; r++) {
+        const int64_t t = t0 + r / group;
+        if (i > j->n_past + t) continue;  // causal
+        axpy(s->att + t * ldo + (g * group + r % group) * hdv, vr, S[r * s->n_ctx + i], hdv);
+      }
+    }
+  }
+}
+
 // Converts n rows of `x` (stride ldx, length k) for a matmul with w into s->xq.
 static void convert_for(const mole_model *m, model_scratch *s, const model_tensor *w, const float *x, int64_t ldx,
                         int64_t n, int64_t k, void *dst) {
@@ -218,7 +281,7 @@ static void attention_block(mole_model *m, model_kv *kv, model_scratch *s, int64
     kv_store(kv, il, n_past + t, k, v);
   }
   attn_job aj = {m, kv, s, il, n, n_past};
-  mole_pool_run(m->pool, attn_worker, &aj);
+  mole_pool_run(m->pool, kv->type == QT_F16 ? attn_worker_f16 : attn_worker, &aj);
   convert_for(m, s, &ly->wo, s->att, o_dim, n, o_dim, s->xq);
   ops_mm t1 = mm_of(&ly->wo, 0, s->xq, s->q_row, n, s->y, E);
   ops_mm_run(m->pool, &t1, 1);
