@@ -14,7 +14,7 @@ static const char *k_help =
     "Replays a routing trace written by --trace-routing through the expert cache and prints\n"
     "hit rates and bytes read per token.\n"
     "  --trace FILE        the trace (required)\n"
-    "  --budget B          RAM for experts: 512MiB, 2GiB, 40% (of every expert in high precision) (required)\n"
+    "  --budget B          RAM for experts: 512MiB, 2GiB, 40% (of what holding every expert takes) (required)\n"
     "  --cache-policy P    lru|lfu|lhu|fld|hobbit, or all (default: all)\n"
     "  --cache-weights W   hobbit's w_lru,w_lfu,w_lhu,w_fld (sum 1)\n"
     "  --prefetch          replay the predictor's prefetches (P records)\n"

@@ -147,7 +147,7 @@ static void cgroup_walk(const char *root, const char *path, bool v2, experts_mem
       used = used < 0 ? 0 : MOLE_MAX(used - inactive, 0);
       out->cgroup_limit = lim;
       out->cgroup_used = used;
-      snprintf(out->source, sizeof out->source, "cgroup %s %s", v2 ? "v2" : "v1", dir);
+      snprintf(out->source, sizeof out->source, "cgroup %s %.300s", v2 ? "v2" : "v1", dir);
     }
     if (dl <= rl) break;
     char *slash = strrchr(dir + rl, '/');

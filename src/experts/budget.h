@@ -7,8 +7,8 @@
 #include "base/base.h"
 
 // An --expert-budget value: "2GiB", "512MiB", "1.5G", "300KB", "4096" (bytes;
-// K/M/G/T and KiB.. are powers of 1024, KB/MB/GB/TB of 1000), "40%" (of the
-// experts' high-precision bytes: *frac = 0.4, *bytes = 0), "auto" (*bytes = -1)
+// K/M/G/T and KiB.. are powers of 1024, KB/MB/GB/TB of 1000), "40%" (of
+// what holding every expert takes: *frac = 0.4, *bytes = 0), "auto" (*bytes = -1)
 // or "0" (every expert resident). The message of an error quotes the value.
 mole_status experts_parse_budget(const char *s, int64_t *bytes, double *frac);
 

@@ -4,7 +4,6 @@
 // predictor predict.c, statistics stats.c.
 #include <errno.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "experts/budget.h"
@@ -46,7 +45,10 @@ static mole_status choose_budget(experts *x) {
   char a[32], b[32], c[32], d[32];
   if (o->expert_budget_frac > 0) {
     x->tiered = true;
-    x->budget = (int64_t)(o->expert_budget_frac * (double)st->total_bytes[0]);
+    // a fraction of what holding every expert (in each precision in use) takes
+    const double all = (double)(st->n_layer * st->n_expert) *
+                       (double)(st->slot_bytes[0] + (x->low_in_use ? st->slot_bytes[1] : 0));
+    x->budget = (int64_t)(o->expert_budget_frac * all);
     return MOLE_OK;
   }
   if (o->expert_budget > 0) {
@@ -75,26 +77,6 @@ static mole_status choose_budget(experts *x) {
     x->budget = floor;
   }
   return MOLE_OK;
-}
-
-// Tells the kernel not to read ahead into the expert ranges of the mapping:
-// they are read with O_DIRECT, never through the page cache.
-static void advise_expert_ranges(const experts *x) {
-  const long pg = sysconf(_SC_PAGESIZE);
-  const char *base = gguf_base(x->m->gguf);
-  const experts_store *s = &x->store;
-  for (int p = 0; p < (s->has_low ? 2 : 1); p++)
-    for (int64_t l = 0; l < s->n_layer; l++)
-      for (int j = 0; j < 3; j++) {
-        uint64_t lo = UINT64_MAX, hi = 0;
-        for (int64_t e = 0; e < s->n_expert; e++) {
-          const uint64_t off = s->mat_off[p][(l * s->n_expert + e) * 3 + j];
-          lo = MOLE_MIN(lo, off);
-          hi = MOLE_MAX(hi, off + s->layout[p][l].bytes[j]);
-        }
-        const uint64_t a = (lo + (uint64_t)pg - 1) / (uint64_t)pg * (uint64_t)pg, b = hi / (uint64_t)pg * (uint64_t)pg;
-        if (b > a) madvise((void *)(base + a), (size_t)(b - a), MADV_RANDOM);
-      }
 }
 
 static mole_status open_tiered(experts *x) {
@@ -131,7 +113,6 @@ static mole_status open_tiered(experts *x) {
   x->pins = mole_calloc((size_t)(2 * X), sizeof *x->pins);
   if (!x->done || !x->pins) return mole_errorf(MOLE_ERR_NOMEM, "experts: out of memory");
   if ((s = experts_io_open(gguf_path(x->m->gguf), x->m->offload.io, x->max_io, &x->io))) return s;
-  advise_expert_ranges(x);
   return MOLE_OK;
 }
 
@@ -176,6 +157,7 @@ mole_status experts_open(mole_model *m, experts **out) {
   }
   if ((st = choose_budget(x))) goto fail;
   if (x->tiered && (st = open_tiered(x))) goto fail;
+  experts_store_advise_mode(m->gguf, x->tiered);
   if (o->trace_routing) {
     experts_trace_header h = {m->hp.n_layer, X, m->hp.n_expert_used,
                               {(int64_t)x->store.slot_bytes[0], (int64_t)x->store.slot_bytes[1]}, x->low_in_use};
@@ -307,7 +289,7 @@ static mole_status acquire(experts *x, int64_t layer, int64_t e, int p) {
 }
 
 // ---- the interface ---------------------------------------------------------------------
-static void begin_step(experts *x, int64_t n) {
+void experts_begin_step(experts *x, int64_t n) {
   x->step_open = true;
   if (x->tiered) experts_cache_begin_step(&x->cache, n);
   if (x->trace) experts_trace_write_step(x->trace, x->n_steps, n);
@@ -315,7 +297,7 @@ static void begin_step(experts *x, int64_t n) {
 
 void experts_plan(experts *x, int64_t layer, int64_t n, int64_t k, const int32_t *sel, const float *w, uint8_t *prec) {
   const int64_t X = x->m->hp.n_expert;
-  if (!x->step_open) begin_step(x, n);
+  if (!x->step_open) experts_begin_step(x, n);
   if (x->tiered) experts_reap(x, false);
   memset(x->tok_cnt, 0, (size_t)X * sizeof *x->tok_cnt);
   memset(x->high_cnt, 0, (size_t)X * sizeof *x->high_cnt);

@@ -68,6 +68,8 @@ void experts_prefetch_release(experts *x, int64_t layer);
 // slot chosen with layer_now as the current layer; soft = a prefetch (soft
 // pin, else no pin). MOLE_ERR_NOMEM (no message) when no slot can be freed.
 mole_status experts_load(experts *x, int p, int64_t layer, int64_t e, int64_t layer_now, bool soft);
+// Opens a step of n tokens (the first plan or predict of a forward call).
+void experts_begin_step(experts *x, int64_t n);
 // Collects finished reads; blocks for one when wait.
 void experts_reap(experts *x, bool wait);
 // The precision T1/T2 give a choice of unimportance u (HIGH when low copies are not in use).

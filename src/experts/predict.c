@@ -64,6 +64,7 @@ static void logits_worker(void *ctx, int ith, int nth) {
 
 void experts_predict(experts *x, int64_t layer, const float *h) {
   if (x->depth == 0) return;
+  if (!x->step_open) experts_begin_step(x, 1);  // the forward pass predicts for one token only
   const model_hparams *hp = &x->m->hp;
   const int64_t L = hp->n_layer, X = hp->n_expert, E = hp->n_embd, K = hp->n_expert_used;
   const int64_t d_max = MOLE_MIN((int64_t)x->depth, L - 1 - layer);

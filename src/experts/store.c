@@ -4,6 +4,8 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "experts/io.h"
 
@@ -138,6 +140,28 @@ mole_status experts_store_describe(const gguf_file *f, const char *path, const m
     out[j]->mat_bytes = out[j]->row_bytes * (size_t)ne1[j];
   }
   return MOLE_OK;
+}
+
+static bool is_expert_tensor(const char *name) {
+  return strstr(name, ".ffn_exps.") || strstr(name, "_exps.weight");
+}
+
+void experts_store_advise_load(const gguf_file *f) {
+  madvise((void *)gguf_base(f), gguf_size(f), MADV_RANDOM);  // a hint: failure is harmless
+}
+
+void experts_store_advise_mode(const gguf_file *f, bool tiered) {
+  if (!tiered) {
+    madvise((void *)gguf_base(f), gguf_size(f), MADV_NORMAL);
+    return;
+  }
+  const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+  for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+    const gguf_tensor *t = gguf_tensor_at(f, i);
+    if (is_expert_tensor(t->name) || t->size == 0) continue;
+    const uintptr_t a = (uintptr_t)t->data / pg * pg, b = ((uintptr_t)t->data + t->size + pg - 1) / pg * pg;
+    madvise((void *)a, b - a, MADV_WILLNEED);
+  }
 }
 
 static uint64_t align_down(uint64_t v) { return v / EXPERTS_IO_ALIGN * EXPERTS_IO_ALIGN; }

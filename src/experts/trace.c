@@ -210,7 +210,8 @@ mole_status experts_cachesim(const char *path, const experts_sim_params *p, expe
       have_header = true;
       const experts_trace_header *h = &out->h;
       out->budget = p->budget > 0 ? p->budget
-                                  : (int64_t)(p->budget_frac * (double)(h->n_layer * h->n_expert * h->slot_bytes[0]));
+                                  : (int64_t)(p->budget_frac * (double)(h->n_layer * h->n_expert) *
+                                              (double)(h->slot_bytes[0] + (h->low_in_use ? h->slot_bytes[1] : 0)));
       experts_cache_split(out->budget, h->slot_bytes[0], h->slot_bytes[1], h->low_in_use, &out->slots[0], &out->slots[1]);
       for (int q = 0; q < 2; q++) out->slots[q] = MOLE_MIN(out->slots[q], h->n_layer * h->n_expert);
       if (out->slots[0] < h->n_used || (h->low_in_use && out->slots[1] < h->n_used)) {

@@ -35,7 +35,7 @@ mole_status experts_trace_end(FILE *f, const char *path);
 
 typedef struct experts_sim_params {
   int64_t budget;       // bytes (0: use budget_frac)
-  double budget_frac;   // of every expert's high-precision slot bytes
+  double budget_frac;   // of what holding every expert takes (both precisions when low is in use)
   experts_policy policy;
   float weights[4];
   bool prefetch;        // replay the P records as prefetches

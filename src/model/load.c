@@ -335,6 +335,7 @@ mole_status model_load(const char *path, int n_threads, const mole_offload_param
   if (!m) return mole_errorf(MOLE_ERR_NOMEM, "out of memory");
   mole_status st = gguf_open(path, &m->gguf);
   if (st) goto fail;
+  experts_store_advise_load(m->gguf);  // no read-around into experts while binding (experts/store.h)
   loader L = {.m = m, .f = m->gguf, .path = path};
   st = gguf_get_str(m->gguf, "general.architecture", &L.arch);
   if (st) {

@@ -1,0 +1,375 @@
+// The expert provider end to end: tiered runs (a budget holding everything,
+// a tiny budget through the disk path, io_uring and pread, with and without
+// prefetch) give exactly the logits of the fully resident run; so does a
+// packed store whose high copies keep the source types; mixed precision uses
+// the low copies; budget and parameter errors are clear; the predictor's
+// accuracy is reported; the routing trace replays to the same misses.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "experts/experts.h"
+#include "experts/pack.h"
+#include "experts/trace.h"
+#include "model/model.h"
+#include "model/synth.h"
+#include "mole.h"
+#include "testutil.h"
+
+enum { N_PROMPT = 12, N_DECODE = 10, N_TOK = N_PROMPT + N_DECODE };
+
+static char g_plain[256], g_packed[256], g_trace[256];
+static int64_t g_vocab;
+static float *g_ref;  // [N_TOK][vocab] resident logits
+
+static mole_offload_params offload(int64_t budget) {
+  mole_offload_params o = mole_model_default_params().offload;
+  o.expert_budget = budget;
+  return o;
+}
+
+// Logits of N_PROMPT tokens in one batch, then N_DECODE one by one. *stats
+// (optional) gets the provider's statistics.
+static mole_status run(const char *path, const mole_offload_params *o, float *out, experts_stats *stats) {
+  mole_model_params mp = mole_model_default_params();
+  mp.n_threads = 2;
+  mp.offload = *o;
+  mole_model *m;
+  mole_status st = mole_model_load(path, &mp, &m);
+  if (st) return st;
+  mole_session_params sp = mole_session_default_params();
+  sp.n_ctx = 64;
+  sp.kv_type = MOLE_KV_F32;
+  mole_session *s;
+  assert_int_equal(mole_session_new(m, &sp, &s), MOLE_OK);
+  int32_t toks[N_TOK];
+  for (int i = 0; i < N_TOK; i++) toks[i] = (int32_t)((i * 37 + 11) % g_vocab);
+  st = mole_session_eval(s, toks, N_PROMPT, out, true);
+  for (int i = N_PROMPT; i < N_TOK && !st; i++) st = mole_session_eval(s, toks + i, 1, out + (size_t)i * (size_t)g_vocab, false);
+  if (stats) experts_get_stats(m->experts, stats);
+  mole_session_free(s);
+  mole_model_free(m);
+  return st;
+}
+
+static float *run_ok(const char *path, const mole_offload_params *o, experts_stats *stats) {
+  float *lg = malloc(sizeof(float) * N_TOK * (size_t)g_vocab);
+  mole_status st = run(path, o, lg, stats);
+  if (st) fail_msg("%s: %s", path, mole_last_error());
+  return lg;
+}
+
+static void expect_same(const float *a, const char *what) {
+  if (memcmp(a, g_ref, sizeof(float) * N_TOK * (size_t)g_vocab) != 0) {
+    for (size_t i = 0; i < (size_t)N_TOK * (size_t)g_vocab; i++)
+      if (a[i] != g_ref[i]) fail_msg("%s: logit %zu is %g, resident %g", what, i, (double)a[i], (double)g_ref[i]);
+  }
+}
+
+static int setup(void **state) {
+  (void)state;
+  snprintf(g_plain, sizeof g_plain, "/tmp/mole-test-experts-%d.gguf", (int)getpid());
+  snprintf(g_packed, sizeof g_packed, "/tmp/mole-test-experts-%d-packed.gguf", (int)getpid());
+  snprintf(g_trace, sizeof g_trace, "/tmp/mole-test-experts-%d.trace", (int)getpid());
+  synth_params p = synth_default_params();
+  p.n_embd = 256;
+  p.n_layer = 4;
+  p.n_expert = 8;
+  p.n_expert_used = 2;
+  p.n_ff = 512;
+  p.n_vocab = 512;
+  p.n_ctx = 256;
+  p.type = QT_Q8_0;
+  p.n_threads = 2;
+  if (synth_write(&p, g_plain, NULL)) return -1;
+  g_vocab = p.n_vocab;
+  experts_pack_params pp = {.high = -1, .low = QT_Q4_0, .n_threads = 2};
+  if (experts_pack(g_plain, g_packed, &pp, NULL)) return -1;
+  g_ref = malloc(sizeof(float) * N_TOK * (size_t)g_vocab);
+  mole_offload_params o = offload(0);
+  return run(g_plain, &o, g_ref, NULL) == MOLE_OK ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  unlink(g_plain);
+  unlink(g_packed);
+  unlink(g_trace);
+  free(g_ref);
+  return 0;
+}
+
+static void test_budget_holds_all(void **state) {
+  (void)state;
+  experts_stats s;
+  mole_offload_params o = offload((int64_t)1 << 30);
+  float *lg = run_ok(g_plain, &o, &s);
+  expect_same(lg, "budget holding every expert");
+  assert_true(s.tiered);
+  assert_int_equal(s.slots[0], 4 * 8);
+  // every expert is read at most once
+  assert_true(s.total.reads <= 32 && s.total.misses[0] > 0);
+  assert_true(s.hit_rate > 0 && s.hit_rate <= 1);
+  free(lg);
+  // a fraction: 100% of the experts
+  o = offload(0);
+  o.expert_budget_frac = 1.0;
+  lg = run_ok(g_plain, &o, &s);
+  expect_same(lg, "--expert-budget 100%");
+  assert_int_equal(s.slots[0], 32);
+  free(lg);
+}
+
+static void test_disk_path(void **state) {
+  (void)state;
+  const char *ios[] = {"uring", "pread"};
+  for (int i = 0; i < 2; i++)
+    for (int depth = 0; depth <= 2; depth += 2) {
+      // one layer's experts: every layer's experts are read from disk again
+      mole_offload_params o = offload(8 * 420 * 1024);
+      o.io = ios[i];
+      o.prefetch_depth = depth;
+      o.cache_policy = "lru";
+      experts_stats s;
+      float *lg = run_ok(g_plain, &o, &s);
+      char what[64];
+      snprintf(what, sizeof what, "tiny budget, io %s, prefetch depth %d", ios[i], depth);
+      expect_same(lg, what);
+      assert_string_equal(s.io, i == 0 ? "io_uring" : "pread");
+      assert_true(s.direct);
+      assert_int_equal(s.slots[0], 8);
+      assert_true(s.total.misses[0] > (N_TOK - N_PROMPT) * 2);
+      assert_true(s.total.bytes_read >= s.total.misses[0] * 420 * 1024);
+      assert_int_equal(s.tokens, N_TOK);
+      if (depth) {
+        assert_true(s.total.pred_total > 0);
+        assert_true(s.pred_accuracy >= 0 && s.pred_accuracy <= 1);
+      }
+      free(lg);
+    }
+}
+
+static void test_packed(void **state) {
+  (void)state;
+  // high copies keep the source type: the same logits, resident and tiered
+  mole_offload_params o = offload(0);
+  float *lg = run_ok(g_packed, &o, NULL);
+  expect_same(lg, "packed, resident");
+  free(lg);
+  const char *ios[] = {"uring", "pread"};
+  for (int i = 0; i < 2; i++) {
+    o = offload(8 * 408 * 1024);
+    o.io = ios[i];
+    experts_stats s;
+    lg = run_ok(g_packed, &o, &s);
+    expect_same(lg, "packed, tiny budget");
+    assert_true(s.has_low && s.slots[1] == 0);  // t1 = t2: the low copies are not in use
+    assert_true(s.total.misses[0] > 0);
+    free(lg);
+  }
+  // mixed precision: only the top-1 choice in high precision
+  o = offload(0);
+  o.t1 = 0;
+  o.t2 = 1;
+  experts_stats s;
+  float *mixed = run_ok(g_packed, &o, &s);
+  assert_true(s.total.hits[1] > 0);
+  assert_true(memcmp(mixed, g_ref, sizeof(float) * N_TOK * (size_t)g_vocab) != 0);
+  double worst = 0;
+  for (size_t i = 0; i < (size_t)N_TOK * (size_t)g_vocab; i++) {
+    assert_true(isfinite(mixed[i]));
+    worst = fmax(worst, fabs((double)mixed[i] - (double)g_ref[i]));
+  }
+  assert_true(worst < 1.0);
+  // tiered with a budget for everything: both pools, the same plan as resident
+  // within a step; low copies are read
+  o.expert_budget = (int64_t)1 << 30;
+  lg = run_ok(g_packed, &o, &s);
+  assert_true(s.slots[1] == 32 && s.total.misses[1] + s.total.hits[1] > 0);
+  free(lg);
+  // skipping: t2 = 0 keeps only the top-1 expert
+  o.t1 = o.t2 = 0;
+  o.expert_budget = 0;
+  lg = run_ok(g_packed, &o, &s);
+  assert_int_equal(s.total.skips, N_TOK * 4);  // one of two choices, every token and layer
+  free(lg);
+  free(mixed);
+}
+
+static void test_low_falls_back_to_high(void **state) {
+  (void)state;
+  // a plain GGUF has no low copies: LOW plans become HIGH, logits unchanged
+  mole_offload_params o = offload(8 * 420 * 1024);
+  o.t1 = 0;
+  o.t2 = 1;
+  experts_stats s;
+  float *lg = run_ok(g_plain, &o, &s);
+  expect_same(lg, "t1 0 t2 1 without low copies");
+  assert_false(s.has_low);
+  assert_int_equal(s.total.hits[1] + s.total.misses[1], 0);
+  free(lg);
+}
+
+static void test_plan_prefers_cached_high(void **state) {
+  (void)state;
+  mole_model_params mp = mole_model_default_params();
+  mp.n_threads = 1;
+  mp.offload.expert_budget = (int64_t)1 << 30;
+  mp.offload.t1 = 0;
+  mp.offload.t2 = 1;
+  mp.offload.prefetch_depth = 0;
+  mole_model *m;
+  assert_int_equal(mole_model_load(g_packed, &mp, &m), MOLE_OK);
+  experts *x = m->experts;
+  assert_true(experts_has_low(x));
+  int32_t sel[2] = {3, 5};
+  float w[2] = {0.7f, 0.3f};
+  uint8_t prec[2];
+  experts_plan(x, 1, 1, 2, sel, w, prec);
+  assert_int_equal(prec[0], EXPERT_HIGH);
+  assert_int_equal(prec[1], EXPERT_LOW);  // nothing cached yet: the low copy
+  expert_view v;
+  assert_int_equal(experts_get(x, 1, 3, EXPERT_HIGH, &v), MOLE_OK);
+  assert_int_equal(experts_get(x, 1, 5, EXPERT_LOW, &v), MOLE_OK);
+  assert_int_equal(v.gate.type, QT_Q4_0);
+  experts_layer_done(x, 1);
+  experts_step_done(x, 1);
+  // expert 3 now has a high copy in RAM: it wins over loading its low copy
+  sel[0] = 5;
+  sel[1] = 3;
+  experts_plan(x, 1, 1, 2, sel, w, prec);
+  assert_int_equal(prec[0], EXPERT_HIGH);
+  assert_int_equal(prec[1], EXPERT_HIGH);
+  assert_int_equal(experts_get(x, 1, 3, EXPERT_HIGH, &v), MOLE_OK);
+  assert_int_equal(v.gate.type, QT_Q8_0);
+  experts_layer_done(x, 1);
+  experts_step_done(x, 1);
+  experts_reset_sequence(x);
+  mole_model_free(m);
+}
+
+static void expect_load_error(const mole_offload_params *o, mole_status want, const char *needle) {
+  mole_model_params mp = mole_model_default_params();
+  mp.n_threads = 1;
+  mp.offload = *o;
+  mole_model *m = NULL;
+  mole_status st = mole_model_load(g_plain, &mp, &m);
+  if (st != want || !strstr(mole_last_error(), needle))
+    fail_msg("status %d, message '%s'; wanted %d with '%s'", st, mole_last_error(), want, needle);
+  assert_null(m);
+}
+
+static void test_errors(void **state) {
+  (void)state;
+  mole_offload_params o = offload(300 * 1024);  // less than the two experts of one token
+  expect_load_error(&o, MOLE_ERR_ARG, "--expert-budget 300.0 KiB is too small");
+  o = offload(0);
+  o.cache_policy = "mru";
+  expect_load_error(&o, MOLE_ERR_ARG, "--cache-policy: cache policy 'mru'");
+  o = offload(0);
+  o.cache_weights[0] = 0.9f;
+  o.cache_weights[3] = 0.9f;
+  expect_load_error(&o, MOLE_ERR_ARG, "sum to 1.8");
+  o = offload(0);
+  o.t1 = 0.8f;
+  o.t2 = 0.2f;
+  expect_load_error(&o, MOLE_ERR_ARG, "--t1, --t2");
+  o = offload(0);
+  o.io = "aio";
+  expect_load_error(&o, MOLE_ERR_ARG, "--io 'aio'");
+  o = offload(0);
+  o.prefetch_depth = 9;
+  expect_load_error(&o, MOLE_ERR_ARG, "--prefetch-depth 9");
+  o = offload(0);
+  o.trace_routing = "/nonexistent-dir/x.trace";
+  expect_load_error(&o, MOLE_ERR_IO, "--trace-routing: /nonexistent-dir/x.trace");
+  // enough for a token, not for a prompt that uses more experts in a layer
+  o = offload(3 * 420 * 1024);
+  float *lg = malloc(sizeof(float) * N_TOK * (size_t)g_vocab);
+  mole_status st = run(g_plain, &o, lg, NULL);
+  assert_int_equal(st, MOLE_ERR_NOMEM);
+  assert_non_null(strstr(mole_last_error(), "holds 3 high-precision experts"));
+  assert_non_null(strstr(mole_last_error(), "pinned at once"));
+  free(lg);
+}
+
+static void test_trace_replay(void **state) {
+  (void)state;
+  // without prefetch, replaying the trace with the run's budget and policy
+  // gives the run's misses exactly
+  const char *pols[] = {"lru", "hobbit"};
+  for (int i = 0; i < 2; i++) {
+    mole_offload_params o = offload(12 * 420 * 1024);
+    o.prefetch_depth = 0;
+    o.cache_policy = pols[i];
+    o.trace_routing = g_trace;
+    experts_stats s;
+    float *lg = run_ok(g_plain, &o, &s);
+    expect_same(lg, "traced run");
+    free(lg);
+    experts_sim_params sp = {.budget = o.expert_budget};
+    assert_int_equal(experts_policy_parse(pols[i], NULL, &sp.policy, sp.weights), MOLE_OK);
+    experts_sim_result r;
+    if (experts_cachesim(g_trace, &sp, &r)) fail_msg("cachesim: %s", mole_last_error());
+    assert_int_equal(r.steps, N_DECODE + 1);
+    assert_int_equal(r.tokens, N_TOK);
+    assert_int_equal(r.slots[0], s.slots[0]);
+    assert_int_equal(r.c.misses[0], s.total.misses[0]);
+    assert_int_equal(r.c.hits[0], s.total.hits[0]);
+  }
+  // a trace with predictions replays with prefetch
+  mole_offload_params o = offload(12 * 420 * 1024);
+  o.prefetch_depth = 1;
+  o.trace_routing = g_trace;
+  float *lg = run_ok(g_plain, &o, NULL);
+  free(lg);
+  experts_sim_params sp = {.budget_frac = 0.5, .prefetch = true};
+  assert_int_equal(experts_policy_parse("fld", NULL, &sp.policy, sp.weights), MOLE_OK);
+  experts_sim_result r;
+  if (experts_cachesim(g_trace, &sp, &r)) fail_msg("cachesim: %s", mole_last_error());
+  assert_true(r.c.prefetches > 0);
+  assert_int_equal(r.slots[0], 16);
+  // a broken trace names the line
+  FILE *f = fopen(g_trace, "a");
+  fputs("L 0 99:h:1 skip 0\n", f);
+  fclose(f);
+  assert_int_equal(experts_cachesim(g_trace, &sp, &r), MOLE_ERR_FORMAT);
+  assert_non_null(strstr(mole_last_error(), "line"));
+}
+
+static void test_stats_text(void **state) {
+  (void)state;
+  mole_model_params mp = mole_model_default_params();
+  mp.n_threads = 1;
+  mp.offload.expert_budget = 8 * 420 * 1024;
+  mole_model *m;
+  assert_int_equal(mole_model_load(g_plain, &mp, &m), MOLE_OK);
+  mole_session *s;
+  assert_int_equal(mole_session_new(m, NULL, &s), MOLE_OK);
+  int32_t t[4] = {1, 2, 3, 4};
+  for (int i = 0; i < 4; i++) assert_int_equal(mole_session_eval(s, t + i, 1, NULL, false), MOLE_OK);
+  char *buf = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&buf, &n);
+  mole_model_print_stats(m, f);
+  fclose(f);
+  assert_non_null(strstr(buf, "experts: tiered, budget 3.3 MiB: 8 high slots"));
+  assert_non_null(strstr(buf, "high precision:"));
+  assert_non_null(strstr(buf, "I/O stall"));
+  assert_non_null(strstr(buf, "prediction accuracy"));
+  free(buf);  // open_memstream's buffer
+  mole_session_free(s);
+  mole_model_free(m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_budget_holds_all), cmocka_unit_test(test_disk_path),
+      cmocka_unit_test(test_packed),           cmocka_unit_test(test_low_falls_back_to_high),
+      cmocka_unit_test(test_plan_prefers_cached_high), cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_trace_replay),     cmocka_unit_test(test_stats_text),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
