@@ -226,7 +226,7 @@ mole_status experts_load(experts *x, int p, int64_t layer, int64_t e, int64_t la
   char *buf = x->arena[p] + (size_t)s * x->store.slot_bytes[p];
   int64_t bytes = 0;
   for (int i = 0; i < n; i++) {
-    mole_status st = experts_io_read(x->io, buf + ext[i].buf_off, (size_t)ext[i].len, ext[i].file_off, (uint64_t)tag_of(p, s));
+    mole_status st = experts_io_read(x->io, buf + ext[i].buf_off, (size_t)ext[i].len, ext[i].file_off, (uint64_t)tag_of(p, s), soft);
     MOLE_ASSERT(st == MOLE_OK);  // max_io covers three reads per slot
     bytes += (int64_t)ext[i].len;
   }
@@ -259,6 +259,7 @@ static mole_status acquire(experts *x, int64_t layer, int64_t e, int p) {
   }
   if (s >= 0) {
     experts_slot *sl = &c->slots[p][s];
+    if (sl->state == EXPERTS_SLOT_LOADING) experts_io_promote(x->io, (uint64_t)tag_of(p, s));  // a prefetch now needed
     if (sl->pinned) return MOLE_OK;
     x->step.hits[p]++;
     if (sl->prefetched) {

@@ -95,6 +95,8 @@ typedef struct experts_stats {
   double hit_rate;            // hits / (hits + misses) over both precisions; -1 without requests
   double pred_accuracy;       // pred_correct / pred_total; -1 when nothing was predicted
   double stall_gbps;          // demand bytes / stall time (GB/s); -1 without stalls
+  double prefetch_useful;     // how often a predicted expert not in RAM was then used (moving average)
+  bool prefetch_paused;       // adaptive depth: prefetching paused because that is too rare
 } experts_stats;
 
 void experts_get_stats(const experts *x, experts_stats *out);

@@ -42,6 +42,8 @@ struct experts {
   float *pred_logits;          // [EXPERTS_MAX_DEPTH*n_expert]
   int32_t *pred;               // [n_layer][EXPERTS_MAX_DEPTH][n_used] experts predicted for a layer, by distance
   bool *pred_valid;            // [n_layer][EXPERTS_MAX_DEPTH]
+  bool *pred_uncached;         // [n_layer][EXPERTS_MAX_DEPTH][n_used] not in RAM when predicted
+  double pf_useful;            // moving average: a predicted expert not in RAM was then used
   int64_t *pf_pending;         // [EXPERTS_MAX_DEPTH*n_used] prefetches to start after the plan: (target, e, p)
   int64_t n_pf_pending;
   int64_t pf_layer;            // the layer whose plan starts them

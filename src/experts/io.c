@@ -15,7 +15,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum { IO_CHUNK = 1 << 20, IO_QD = 32, IO_WORKERS = 4 };
+// chunks in flight at once, and at most IO_BG of them for background
+// (prefetch) requests: a demand read never waits behind more than IO_BG
+// chunks of speculation.
+enum { IO_CHUNK = 1 << 20, IO_QD = 16, IO_BG = 4, IO_WORKERS = 4 };
 
 typedef struct io_req {
   uint64_t tag;
@@ -24,11 +27,13 @@ typedef struct io_req {
   uint64_t off;
   int32_t chunks_out;  // chunks in flight
   int32_t err;
+  bool bg;             // background: after every demand request, few chunks at once
   int32_t next;        // FIFO / free list link
 } io_req;
 
 typedef struct io_chunk {
   int32_t req;  // -1 = free
+  bool bg;      // counted in bg_out
   size_t pos, len;
 } io_chunk;
 
@@ -40,7 +45,8 @@ struct experts_io {
   int64_t max_req;
   io_req *reqs;
   int32_t free_req;
-  int32_t pend_head, pend_tail;  // requests with bytes not yet handed out
+  int32_t pend_head[2], pend_tail[2];  // requests with bytes not yet handed out: demand, background
+  int32_t bg_out;                      // background chunks in flight
   experts_io_done *done;         // ring [max_req]
   int64_t done_head, done_n;
   int64_t in_flight;             // requests not yet reaped
@@ -62,9 +68,10 @@ static void unlock(experts_io *io) {
 }
 
 // A request whose bytes were all handed out and came back is done.
-static void req_finish_chunk(experts_io *io, int32_t r) {
+static void req_finish_chunk(experts_io *io, int32_t r, bool bg) {
   io_req *q = &io->reqs[r];
   q->chunks_out--;
+  io->bg_out -= bg;
   if (q->chunks_out > 0 || q->issued < q->len) return;
   if (!io->direct && !q->err) posix_fadvise(io->fd, (off_t)q->off, (off_t)q->len, POSIX_FADV_DONTNEED);
   MOLE_ASSERT(io->done_n < io->max_req);
@@ -74,21 +81,27 @@ static void req_finish_chunk(experts_io *io, int32_t r) {
   io->free_req = r;
 }
 
-// Takes the next chunk off the pending FIFO: *r, *pos, *len. False when empty.
-static bool carve(experts_io *io, int32_t *r, size_t *pos, size_t *len) {
-  if (io->pend_head < 0) return false;
-  io_req *q = &io->reqs[io->pend_head];
-  *r = io->pend_head;
+// Takes the next chunk off the pending FIFOs, demand first: *r, *pos, *len.
+// False when there is nothing (or only background work over its share).
+static bool carve(experts_io *io, int32_t *r, size_t *pos, size_t *len, bool *bg) {
+  int k = io->pend_head[0] >= 0 ? 0 : 1;
+  if (io->pend_head[k] < 0 || (k == 1 && io->bg_out >= IO_BG)) return false;
+  io_req *q = &io->reqs[io->pend_head[k]];
+  *r = io->pend_head[k];
   *pos = q->issued;
   *len = MOLE_MIN((size_t)IO_CHUNK, q->len - q->issued);
   q->issued += *len;
   q->chunks_out++;
+  io->bg_out += q->bg;
+  *bg = q->bg;
   if (q->issued == q->len) {
-    io->pend_head = q->next;
-    if (io->pend_head < 0) io->pend_tail = -1;
+    io->pend_head[k] = q->next;
+    if (io->pend_head[k] < 0) io->pend_tail[k] = -1;
   }
   return true;
 }
+
+static bool pending(const experts_io *io) { return io->pend_head[0] >= 0 || io->pend_head[1] >= 0; }
 
 // Bytes [pos+got, pos+len) of request r past the end of the file: zeroes.
 static bool at_eof(const experts_io *io, const io_req *q, size_t pos, size_t got) {
@@ -102,7 +115,8 @@ static void *worker(void *arg) {
   for (;;) {
     int32_t r;
     size_t pos, len;
-    while (!io->stop && !carve(io, &r, &pos, &len)) pthread_cond_wait(&io->cv_work, &io->mu);
+    bool bg;
+    while (!io->stop && !carve(io, &r, &pos, &len, &bg)) pthread_cond_wait(&io->cv_work, &io->mu);
     if (io->stop) break;
     io_req *q = &io->reqs[r];
     char *buf = q->buf;
@@ -126,8 +140,9 @@ static void *worker(void *arg) {
     }
     pthread_mutex_lock(&io->mu);
     if (err && !q->err) q->err = err;
-    req_finish_chunk(io, r);
+    req_finish_chunk(io, r, bg);
     pthread_cond_broadcast(&io->cv_done);
+    if (bg && pending(io)) pthread_cond_broadcast(&io->cv_work);  // background share freed
   }
   pthread_mutex_unlock(&io->mu);
   return NULL;
@@ -135,14 +150,20 @@ static void *worker(void *arg) {
 
 // ---- io_uring -------------------------------------------------------------------
 static void uring_fill(experts_io *io) {
-  while (io->chunks_out < IO_QD && io->pend_head >= 0) {
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);
-    if (!sqe) break;
+  while (io->chunks_out < IO_QD && pending(io)) {
     int c = 0;
     while (io->chunks[c].req >= 0) c++;
     io_chunk *ch = &io->chunks[c];
-    const bool carved = carve(io, &ch->req, &ch->pos, &ch->len);
-    MOLE_ASSERT(carved);
+    int32_t r;
+    size_t pos, len;
+    bool bg;
+    if (!carve(io, &r, &pos, &len, &bg)) break;
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);
+    MOLE_ASSERT(sqe);  // IO_QD entries, at most IO_QD chunks in flight
+    ch->req = r;
+    ch->bg = bg;
+    ch->pos = pos;
+    ch->len = len;
     const io_req *q = &io->reqs[ch->req];
     io_uring_prep_read(sqe, io->fd, q->buf + ch->pos, (unsigned)ch->len, q->off + ch->pos);
     io_uring_sqe_set_data64(sqe, (uint64_t)c);
@@ -175,7 +196,7 @@ static void uring_complete(experts_io *io, struct io_uring_cqe *cqe) {
   const int32_t r = ch->req;
   ch->req = -1;
   io->chunks_out--;
-  req_finish_chunk(io, r);
+  req_finish_chunk(io, r, ch->bg);
 }
 
 // ---- interface ---------------------------------------------------------------------
@@ -198,7 +219,7 @@ mole_status experts_io_open(const char *path, const char *mode, int64_t max_requ
   }
   for (int64_t i = 0; i < max_requests; i++) io->reqs[i].next = i + 1 < max_requests ? (int32_t)(i + 1) : -1;
   io->free_req = 0;
-  io->pend_head = io->pend_tail = -1;
+  io->pend_head[0] = io->pend_head[1] = io->pend_tail[0] = io->pend_tail[1] = -1;
   for (int c = 0; c < IO_QD; c++) io->chunks[c].req = -1;
   io->fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
   io->direct = io->fd >= 0;
@@ -248,14 +269,14 @@ void experts_io_close(experts_io *io) {
     while (io->chunks_out > 0) {
       struct io_uring_cqe *cqe;
       if (io_uring_wait_cqe(&io->ring, &cqe) != 0) break;
-      io->pend_head = io->pend_tail = -1;
+      io->pend_head[0] = io->pend_head[1] = io->pend_tail[0] = io->pend_tail[1] = -1;
       uring_complete(io, cqe);
       io_uring_submit(&io->ring);  // a resubmitted remainder
     }
     io_uring_queue_exit(&io->ring);
   } else if (io->n_th != 0) {
     pthread_mutex_lock(&io->mu);
-    io->pend_head = io->pend_tail = -1;  // drop what was not started
+    io->pend_head[0] = io->pend_head[1] = io->pend_tail[0] = io->pend_tail[1] = -1;  // drop what was not started
     io->stop = true;
     pthread_cond_broadcast(&io->cv_work);
     pthread_mutex_unlock(&io->mu);
@@ -275,7 +296,7 @@ bool experts_io_direct(const experts_io *io) { return io->direct; }
 uint64_t experts_io_file_size(const experts_io *io) { return io->file_size; }
 int64_t experts_io_in_flight(const experts_io *io) { return io->in_flight; }
 
-mole_status experts_io_read(experts_io *io, void *buf, size_t len, uint64_t off, uint64_t tag) {
+mole_status experts_io_read(experts_io *io, void *buf, size_t len, uint64_t off, uint64_t tag, bool background) {
   if (io->direct)
     MOLE_ASSERT(len % EXPERTS_IO_ALIGN == 0 && off % EXPERTS_IO_ALIGN == 0 && (uintptr_t)buf % EXPERTS_IO_ALIGN == 0);
   MOLE_ASSERT(len > 0);
@@ -287,14 +308,40 @@ mole_status experts_io_read(experts_io *io, void *buf, size_t len, uint64_t off,
   }
   io_req *q = &io->reqs[r];
   io->free_req = q->next;
-  *q = (io_req){.tag = tag, .buf = buf, .len = len, .off = off, .next = -1};
-  if (io->pend_tail >= 0) io->reqs[io->pend_tail].next = r;
-  else io->pend_head = r;
-  io->pend_tail = r;
+  *q = (io_req){.tag = tag, .buf = buf, .len = len, .off = off, .next = -1, .bg = background};
+  const int k = background ? 1 : 0;
+  if (io->pend_tail[k] >= 0) io->reqs[io->pend_tail[k]].next = r;
+  else io->pend_head[k] = r;
+  io->pend_tail[k] = r;
   io->in_flight++;
   if (!io->uring) pthread_cond_broadcast(&io->cv_work);
   unlock(io);
   return MOLE_OK;
+}
+
+void experts_io_promote(experts_io *io, uint64_t tag) {
+  lock(io);
+  // unlink the background requests with this tag, append them to the demand FIFO
+  int32_t prev = -1, r = io->pend_head[1];
+  while (r >= 0) {
+    io_req *q = &io->reqs[r];
+    const int32_t next = q->next;
+    if (q->tag == tag) {
+      if (prev >= 0) io->reqs[prev].next = next;
+      else io->pend_head[1] = next;
+      if (io->pend_tail[1] == r) io->pend_tail[1] = prev;
+      q->bg = false;
+      q->next = -1;
+      if (io->pend_tail[0] >= 0) io->reqs[io->pend_tail[0]].next = r;
+      else io->pend_head[0] = r;
+      io->pend_tail[0] = r;
+    } else {
+      prev = r;
+    }
+    r = next;
+  }
+  if (!io->uring) pthread_cond_broadcast(&io->cv_work);
+  unlock(io);
 }
 
 void experts_io_submit(experts_io *io) {

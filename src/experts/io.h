@@ -28,8 +28,13 @@ bool experts_io_direct(const experts_io *io);       // O_DIRECT in use
 uint64_t experts_io_file_size(const experts_io *io);
 
 // Queues a read of len bytes at off into buf; the file may end inside it
-// (the rest is zeroed). MOLE_ERR_INTERNAL when max_requests are in flight.
-mole_status experts_io_read(experts_io *io, void *buf, size_t len, uint64_t off, uint64_t tag);
+// (the rest is zeroed). Background reads (prefetches) go after every demand
+// read and only a few of their chunks are in flight at once.
+// MOLE_ERR_INTERNAL when max_requests are in flight.
+mole_status experts_io_read(experts_io *io, void *buf, size_t len, uint64_t off, uint64_t tag, bool background);
+// Moves the background reads of `tag` not yet started ahead, with the
+// demand reads (a prefetch the forward pass now waits for).
+void experts_io_promote(experts_io *io, uint64_t tag);
 // Hands queued reads to the kernel / the workers.
 void experts_io_submit(experts_io *io);
 // Finished requests (up to max) into done; with wait, blocks until at least

@@ -4,12 +4,24 @@
 // contiguous), top-k per predicted layer, the precision the plan would give,
 // and prefetches of what is not in RAM yet. Predictions are scored when the
 // predicted layer is routed.
+//
+// Prefetching an expert that is not in RAM costs one read and (if unused) an
+// eviction; it pays when the prediction is used. With an adaptive depth (-1)
+// the predictor keeps measuring how often a predicted expert that was not in
+// RAM is then used (a moving average, also while it does not prefetch) and
+// prefetches only while that is at least PF_USEFUL_MIN. Any prefetch starts
+// only when at most PF_MAX_IN_FLIGHT reads are under way, and its reads go
+// behind every demand read (io.c).
 #include <math.h>
 #include <string.h>
 
 #include "base/pool.h"
 #include "experts/experts_internal.h"
 #include "experts/trace.h"
+
+#define PF_USEFUL_MIN 0.5
+#define PF_USEFUL_ALPHA (1.0 / 64)
+#define PF_MAX_IN_FLIGHT 2  // reads (demand or prefetch) beyond which no prefetch starts
 
 mole_status experts_predict_init(experts *x) {
   const model_hparams *hp = &x->m->hp;
@@ -20,16 +32,19 @@ mole_status experts_predict_init(experts *x) {
   if (x->depth_cfg > 0) {
     x->depth = x->depth_cfg;
   } else {
-    // adaptive: the layers whose predicted experts fit in a quarter of the high pool
+    // adaptive: the layers whose predicted experts fit in a quarter of the
+    // high pool, at most 2 (accuracy falls with the distance)
     const int64_t slots = x->tiered ? x->cache.n_slots[0] : L * X;
-    x->depth = (int)MOLE_MAX(1, MOLE_MIN(EXPERTS_MAX_DEPTH, slots / (4 * K)));
+    x->depth = (int)MOLE_MAX(1, MOLE_MIN(2, slots / (4 * K)));
   }
   x->routers = mole_aligned_alloc(64, (size_t)(L * X * E) * sizeof *x->routers);
   x->pred_logits = mole_malloc((size_t)(EXPERTS_MAX_DEPTH * X) * sizeof *x->pred_logits);
   x->pred = mole_calloc((size_t)(L * EXPERTS_MAX_DEPTH * K), sizeof *x->pred);
   x->pred_valid = mole_calloc((size_t)(L * EXPERTS_MAX_DEPTH), sizeof *x->pred_valid);
+  x->pred_uncached = mole_calloc((size_t)(L * EXPERTS_MAX_DEPTH * K), sizeof *x->pred_uncached);
+  x->pf_useful = 1.0;  // optimistic until measured
   x->pf_pending = mole_malloc((size_t)(EXPERTS_MAX_DEPTH * K) * sizeof *x->pf_pending);
-  if (!x->routers || !x->pred_logits || !x->pred || !x->pred_valid || !x->pf_pending)
+  if (!x->routers || !x->pred_logits || !x->pred || !x->pred_valid || !x->pred_uncached || !x->pf_pending)
     return mole_errorf(MOLE_ERR_NOMEM, "experts: out of memory for the predictor's %lld routers", (long long)L);
   for (int64_t l = 0; l < L; l++) {
     const model_tensor *g = &x->m->layers[l].gate_inp;
@@ -44,6 +59,7 @@ void experts_predict_free(experts *x) {
   mole_free(x->pred_logits);
   mole_free(x->pred);
   mole_free(x->pred_valid);
+  mole_free(x->pred_uncached);
   mole_free(x->pf_pending);
 }
 
@@ -96,12 +112,18 @@ void experts_predict(experts *x, int64_t layer, const float *h) {
       wsum += w[k];
     }
     x->pred_valid[target * EXPERTS_MAX_DEPTH + d - 1] = true;
+    bool *unc = x->pred_uncached + (target * EXPERTS_MAX_DEPTH + d - 1) * K;
+    const bool go = x->depth_cfg > 0 || x->pf_useful >= PF_USEFUL_MIN;
     float above = 0;
     for (int64_t k = 0; k < K; k++) {
       const expert_prec pr = experts_prec_of(x, wsum > 0 ? above / wsum : 0);
       above += w[k];
       prec[k] = (uint8_t)pr;
-      if (pr != EXPERT_SKIP && x->tiered) x->pf_pending[x->n_pf_pending++] = (target * X + sel[k]) * 2 + pr;
+      unc[k] = false;
+      if (pr == EXPERT_SKIP || !x->tiered) continue;
+      unc[k] = experts_cache_find(&x->cache, pr, target, sel[k]) < 0 &&
+               (pr != EXPERT_LOW || experts_cache_find(&x->cache, EXPERT_HIGH, target, sel[k]) < 0);
+      if (go) x->pf_pending[x->n_pf_pending++] = (target * X + sel[k]) * 2 + pr;
     }
     if (x->trace) experts_trace_write_pred(x->trace, layer, target, K, sel, prec);
   }
@@ -114,9 +136,14 @@ void experts_predict_score(experts *x, int64_t layer, const int32_t *sel, int64_
     if (!*v) continue;
     *v = false;
     const int32_t *pr = x->pred + (layer * EXPERTS_MAX_DEPTH + d) * k;
+    const bool *unc = x->pred_uncached + (layer * EXPERTS_MAX_DEPTH + d) * k;
     int64_t ok = 0;
-    for (int64_t i = 0; i < k; i++)
-      for (int64_t j = 0; j < k; j++) ok += pr[i] == sel[j];
+    for (int64_t i = 0; i < k; i++) {
+      bool used = false;
+      for (int64_t j = 0; j < k; j++) used = used || pr[i] == sel[j];
+      ok += used;
+      if (unc[i]) x->pf_useful += PF_USEFUL_ALPHA * ((used ? 1.0 : 0.0) - x->pf_useful);
+    }
     x->step.pred_correct += ok;
     x->step.pred_total += k;
     x->pred_correct_at[d] += ok;
@@ -128,7 +155,11 @@ void experts_prefetch_start(experts *x, int64_t layer) {
   if (x->pf_layer != layer || x->n_pf_pending == 0) return;
   const int64_t X = x->m->hp.n_expert;
   experts_cache *c = &x->cache;
+  experts_reap(x, false);
   for (int64_t i = 0; i < x->n_pf_pending; i++) {
+    // only into a disk that is (nearly) idle: a prefetch must not delay
+    // the demand reads of the next layers
+    if (experts_io_in_flight(x->io) > PF_MAX_IN_FLIGHT) break;
     const int p = (int)(x->pf_pending[i] % 2);
     const int64_t target = x->pf_pending[i] / 2 / X, e = x->pf_pending[i] / 2 % X;
     if (p == EXPERT_LOW && experts_cache_find(c, EXPERT_HIGH, target, e) >= 0) continue;  // the plan will take it
