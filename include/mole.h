@@ -62,6 +62,8 @@ void mole_model_describe(const mole_model *m, char *buf, size_t n);
 // Offload statistics (hits/misses per precision, skips, bytes read, stall
 // time, prediction accuracy, resident bytes) as text.
 void mole_model_print_stats(const mole_model *m, FILE *f);
+// The same as one JSON object ({} for a dense model).
+void mole_model_print_stats_json(const mole_model *m, FILE *f);
 
 // ---- session (one sequence, its KV cache and scratch) -------------------
 typedef struct mole_session mole_session;

@@ -86,8 +86,10 @@ int cmd_bench(int argc, char **argv) {
     mole_model_describe(m, desc, sizeof desc);
     if (json) {
       printf("{\"model\": \"%s\", \"threads\": %d, \"n_prompt\": %lld, \"n_gen\": %lld, \"pp_tps\": %.2f, "
-             "\"tg_tps\": %.2f, \"active_bytes\": %llu}\n", mo.model, mo.threads, (long long)np, (long long)ng, best_pp, best_tg,
+             "\"tg_tps\": %.2f, \"active_bytes\": %llu, \"offload\": ", mo.model, mo.threads, (long long)np, (long long)ng, best_pp, best_tg,
              (unsigned long long)mole_model_active_bytes(m));
+      mole_model_print_stats_json(m, stdout);
+      printf("}\n");
     } else {
       printf("model: %s\n", desc);
       printf("weights read per generated token: %.1f MiB\n", (double)mole_model_active_bytes(m) / 1048576.0);

@@ -67,6 +67,28 @@ uint64_t mole_model_active_bytes(const mole_model *m) {
   return b;
 }
 
+void mole_model_print_stats_json(const mole_model *m, FILE *f) {
+  if (!m->experts) {
+    fputs("{}", f);
+    return;
+  }
+  experts_stats st;
+  experts_get_stats(m->experts, &st);
+  const experts_counts *c = &st.total;
+  const double tok = st.tokens > 0 ? (double)st.tokens : 1.0;
+  fprintf(f,
+          "{\"tiered\": %s, \"io\": \"%s\", \"policy\": \"%s\", \"t1\": %g, \"t2\": %g, \"prefetch_depth\": %d, "
+          "\"budget_bytes\": %lld, \"resident_bytes\": %lld, \"tokens\": %lld, \"hits_high\": %lld, "
+          "\"hits_low\": %lld, \"misses_high\": %lld, \"misses_low\": %lld, \"skips\": %lld, \"hit_rate\": %.4f, "
+          "\"bytes_read\": %lld, \"bytes_per_token\": %.0f, \"stall_s\": %.4f, \"stall_gbps\": %.3f, "
+          "\"pred_accuracy\": %.4f}",
+          st.tiered ? "true" : "false", st.io, st.policy, st.t1, st.t2, st.prefetch_depth, (long long)st.budget_bytes,
+          (long long)st.resident_bytes, (long long)st.tokens, (long long)c->hits[0], (long long)c->hits[1],
+          (long long)c->misses[0], (long long)c->misses[1], (long long)c->skips, st.hit_rate,
+          (long long)c->bytes_read, (double)c->bytes_read / tok, (double)c->stall_us / 1e6, st.stall_gbps,
+          st.pred_accuracy);
+}
+
 mole_session_params mole_session_default_params(void) {
   return (mole_session_params){.n_ctx = 0, .n_batch = 0, .kv_type = MOLE_KV_F16, .n_threads = 0};
 }
@@ -106,7 +128,10 @@ void mole_session_free(mole_session *s) {
   mole_free(s);
 }
 
-void mole_session_reset(mole_session *s) { s->n_past = 0; }
+void mole_session_reset(mole_session *s) {
+  s->n_past = 0;
+  if (s->m->experts) experts_reset_sequence(s->m->experts);  // per-sequence policy counters
+}
 int64_t mole_session_n_past(const mole_session *s) { return s->n_past; }
 
 mole_status mole_session_rewind(mole_session *s, int64_t n_past) {
