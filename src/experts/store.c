@@ -147,7 +147,9 @@ static bool is_expert_tensor(const char *name) {
 }
 
 void experts_store_advise_load(const gguf_file *f) {
-  madvise((void *)gguf_base(f), gguf_size(f), MADV_RANDOM);  // a hint: failure is harmless
+  bool any = false;  // dense models keep the kernel's read-around
+  for (int64_t i = 0; i < gguf_n_tensors(f) && !any; i++) any = is_expert_tensor(gguf_tensor_at(f, i)->name);
+  if (any) madvise((void *)gguf_base(f), gguf_size(f), MADV_RANDOM);  // a hint: failure is harmless
 }
 
 void experts_store_advise_mode(const gguf_file *f, bool tiered) {

@@ -55,8 +55,8 @@ bool experts_store_is_packed(const gguf_file *f);
 mole_status experts_store_describe(const gguf_file *f, const char *path, const model_hparams *hp, int64_t layer,
                                    model_tensor *gate, model_tensor *up, model_tensor *down);
 
-// Page-cache hints for the mapping of f. Before the loader touches it:
-// MADV_RANDOM, so that faulting a norm vector does not read megabytes of
+// Page-cache hints for the mapping of f. Before the loader touches it (and
+// only when f has expert tensors): MADV_RANDOM, so that faulting a norm vector does not read megabytes of
 // experts around it into the page cache. Once the provider has decided:
 // resident, back to normal read-around; tiered, MADV_WILLNEED on each
 // non-expert tensor (the experts are only read with O_DIRECT).
