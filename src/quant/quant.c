@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/quant_exact.h"
 #include "quant/quant_internal.h"
 
 // ---- f16 / bf16 -------------------------------------------------------------
@@ -128,6 +129,9 @@ static void apply_level(int level) {
     if (ks.to_float[t]) g_active[t].to_float = ks.to_float[t];
     if (ks.from_float[t]) g_active[t].from_float = ks.from_float[t];
     if (ks.vec_dot[t] && g_ref[t].vec_dot) g_active[t].vec_dot = ks.vec_dot[t];
+    // AVX-512: llama.cpp's own summation order (its one-token kernels)
+    if (level >= 2 && g_ref[t].vec_dot && quant_exact_vec_dot((quant_type)t, true))
+      g_active[t].vec_dot = quant_exact_vec_dot((quant_type)t, true);
   }
   g_gemm = ks.gemm;
   g_level = level;
@@ -176,10 +180,17 @@ bool quant_type_supported(uint32_t t) {
 
 void quant_gemm(quant_type wt, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
                 int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k) {
+  quant_gemm_op(wt, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k, 0, false);
+}
+
+void quant_gemm_op(quant_type wt, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
+                   int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k, int64_t n_rows, bool expert) {
   const quant_traits *tr = quant_traits_of(wt);
   MOLE_ASSERT(tr && tr->vec_dot);
   MOLE_ASSERT(k % tr->blck_size == 0 && i0 >= 0 && i0 <= i1 && n_tok >= 0);
   if (i0 == i1 || n_tok == 0) return;
+  const qx_op op = {n_rows, expert};
+  if (g_level >= 2 && quant_exact_gemm(wt, &op, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k)) return;
   if (g_gemm && g_gemm(wt, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k)) return;
   // vec_dot loops over 16-row panels: the panel stays in cache across tokens
   const char *w = W, *x = X;

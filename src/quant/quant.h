@@ -63,6 +63,13 @@ size_t quant_row_size(quant_type t, int64_t n);
 // vec_dot_type of wt, stride xstride bytes; Y: float rows of stride ldy floats.
 void quant_gemm(quant_type wt, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
                 int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k);
+// quant_gemm as one op of llama.cpp's CPU backend, bit for bit where the CPU
+// has AVX-512 and the type an exact kernel (quant_exact.h): n_tok is all the
+// tokens of a dense mul_mat (expert false) or the tokens routed to one expert
+// of a mul_mat_id (expert true); n_rows is the weight's full row count (ne1).
+// quant_gemm(...) is quant_gemm_op(..., 0, false): dense, rows % 8 == 0.
+void quant_gemm_op(quant_type wt, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
+                   int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k, int64_t n_rows, bool expert);
 
 // scalar conversions
 float quant_f16_to_f32(uint16_t h);

@@ -1,0 +1,774 @@
+// quant_exact_avx512: llama.cpp's summation orders (quant_exact.h) with
+// AVX-512 VNNI/BF16, bit-identical to the scalar twins in quant_exact_ref.c.
+//
+// Integer dot products are exact whatever the instruction mix, so only the
+// float steps must follow llama.cpp: which partial sums are converted to
+// float, which fma / mul / add chain combines them, and the horizontal sums.
+//
+// Tiles (prefill and decode alike) pack a panel of weight rows once per call
+// (per-thread scratch) and run every token of the call against it:
+//  * q4_0 (one fma per block) and q4_K (repack orders): 16 rows, lane r of a
+//    register = row P(r) (a 4x4 transpose of 128-bit lanes), so a block's
+//    integer dot lands whole in one lane and one fma serves 16 outputs;
+//  * q8_0 (8 partial lanes per output): 8 rows as 4 pairs, a register holds
+//    the 8 lanes of two rows for one token;
+//  * q5_K, q6_K, q4_K without repack, and the float vec_dot orders: one
+//    output at a time; tinyBLAS orders: 4 rows x 4 tokens of accumulators.
+#include <immintrin.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "quant/quant_exact.h"
+#include "quant/quant_internal.h"
+
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#define QX_UNROLL _Pragma("GCC unroll 8")
+
+static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+// hsum_float_8: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7))
+static inline float hs8(__m256 a) {
+  __m128 r = _mm_add_ps(_mm256_extractf128_ps(a, 1), _mm256_castps256_ps128(a));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
+}
+// gcc's _mm512_reduce_add_ps, written out (clang's builtin may pair differently)
+static inline float hs16(__m512 a) {
+  return hs8(_mm256_add_ps(_mm512_extractf32x8_ps(a, 1), _mm512_castps512_ps256(a)));
+}
+static inline float hs4(__m128 a) {
+  a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+  a = _mm_add_ss(a, _mm_movehdup_ps(a));
+  return _mm_cvtss_f32(a);
+}
+static inline float fma1(float a, float b, float c) {
+  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+static inline int hsum_i32x8(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+  return _mm_cvtsi128_si32(s);
+}
+static inline __m256i nib32(const uint8_t *qs) {  // 16 bytes -> 32 codes 0..15, element order
+  __m128i q = _mm_loadu_si128((const __m128i *)qs);
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(15));
+}
+
+// ---- per-output kernels (the vec_dot orders, and the reference shapes) -------------------------
+
+// 8 lanes of d * (bytes 4l..4l+3), fma per block (q8_0, q4_0 without repack)
+static float dot_l8(bool q4, int64_t k, const void *vw, const void *vx) {
+  const blk_q8_0 *x = vx;
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i z = _mm256_setzero_si256();
+  for (int64_t b = 0; b < k / 32; b++) {
+    __m256i xv = _mm256_loadu_si256((const __m256i *)x[b].qs), wu, off;
+    float dw;
+    if (q4) {
+      const blk_q4_0 *w = (const blk_q4_0 *)vw + b;
+      wu = nib32(w->qs);
+      off = _mm256_set1_epi8(8);
+      dw = h2f(w->d);
+    } else {
+      const blk_q8_0 *w = (const blk_q8_0 *)vw + b;
+      off = _mm256_set1_epi8((char)0x80);
+      wu = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)w->qs), off);
+      dw = h2f(w->d);
+    }
+    // (w + off) . x - off * sum(x), per 4-byte lane: exact
+    __m256i corr = _mm256_sub_epi32(z, _mm256_dpbusd_epi32(z, off, xv));
+    __m256i is = _mm256_dpbusd_epi32(corr, wu, xv);
+    float d = dw * h2f(x[b].d);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(is), acc);
+  }
+  return hs8(acc);
+}
+
+static float dot_q4_0_c1(int64_t k, const void *vw, const void *vx) {
+  const blk_q4_0 *w = vw;
+  const blk_q8_0 *x = vx;
+  const __m256i z = _mm256_setzero_si256();
+  float acc = 0;
+  for (int64_t b = 0; b < k / 32; b++) {
+    __m256i xv = _mm256_loadu_si256((const __m256i *)x[b].qs);
+    __m256i corr = _mm256_sub_epi32(z, _mm256_dpbusd_epi32(z, _mm256_set1_epi8(8), xv));
+    int is = hsum_i32x8(_mm256_dpbusd_epi32(corr, nib32(w[b].qs), xv));
+    float d = h2f(w[b].d) * h2f(x[b].d);
+    acc = fma1((float)is, d, acc);
+  }
+  return acc;
+}
+
+// codes of sub-blocks 2p, 2p+1 of a q4_K / q5_K block as 64 bytes: the 32
+// bytes broadcast to both halves, shifted per half (no shuffle port)
+static inline __m512i k4_pair(const uint8_t *qs, const uint8_t *qh, int p) {
+  const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * p)));
+  const __m512i sh4 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+  __m512i c = _mm512_and_si512(_mm512_srlv_epi16(q, sh4), _mm512_set1_epi8(15));
+  if (qh) {
+    const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qh));
+    const __m512i shp = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * p)), _mm256_set1_epi16((short)(2 * p + 1)), 1);
+    c = _mm512_or_si512(c, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(h, shp), _mm512_set1_epi8(1)), 4));
+  }
+  return c;
+}
+
+// x * s per 32-bit lane for |x| < 2^15 and s in the low 16 bits (high 16
+// zero): one vpmaddwd instead of a two-uop vpmulld
+static inline __m512i mul16(__m512i x, __m512i s) { return _mm512_madd_epi16(x, s); }
+
+// [s0 x8 | s1 x8] from 32-bit scales in a zmm
+static inline __m512i pair_idx(int a, int b) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(a)), _mm256_set1_epi32(b), 1);
+}
+
+// vec_dot_q4_K_q8_K / vec_dot_q5_K_q8_K for R rows at once (interleaved
+// for latency), one token
+static inline __attribute__((always_inline)) void k8_rows(bool q5, const int R, int64_t k, const uint8_t *const *w,
+                                                          const void *vx, float *out) {
+  const blk_q8_K *x = vx;
+  const size_t bsz = q5 ? sizeof(blk_q5_K) : sizeof(blk_q4_K);
+  __m256 acc[4];
+  __m128 accm[4];
+  float summs[4];
+  for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), accm[r] = _mm_setzero_ps(), summs[r] = 0;
+  for (int64_t b = 0; b < k / QK_K; b++) {
+    int B[8];
+    for (int s = 0; s < 8; s++) B[s] = x[b].bsums[2 * s] + x[b].bsums[2 * s + 1];
+    const __m512i xv[4] = {_mm512_loadu_si512(x[b].qs), _mm512_loadu_si512(x[b].qs + 64),
+                           _mm512_loadu_si512(x[b].qs + 128), _mm512_loadu_si512(x[b].qs + 192)};
+    QX_UNROLL for (int r = 0; r < R; r++) {
+      const uint8_t *wb = w[r] + (size_t)b * bsz;
+      const uint8_t *qs, *qh = NULL, *sc12;
+      uint16_t hd, hm;
+      if (q5) {
+        const blk_q5_K *q = (const blk_q5_K *)wb;
+        qs = q->qs, qh = q->qh, sc12 = q->scales, hd = q->d, hm = q->dmin;
+      } else {
+        const blk_q4_K *q = (const blk_q4_K *)wb;
+        qs = q->qs, sc12 = q->scales, hd = q->d, hm = q->dmin;
+      }
+      uint64_t scw, mnw;
+      qi_k4_scales(sc12, &scw, &mnw);
+      uint8_t mn[8];
+      memcpy(mn, &mnw, 8);
+      const float d = x[b].d * h2f(hd);
+      const float dmin = -x[b].d * h2f(hm);
+      if (q5) {
+        int m = 0;
+        for (int s = 0; s < 8; s++) m += mn[s] * B[s];
+        summs[r] = fma1(dmin, (float)m, summs[r]);
+      } else {
+        __m128i m4 = _mm_setr_epi32(mn[0] * B[0] + mn[1] * B[1], mn[2] * B[2] + mn[3] * B[3],
+                                    mn[4] * B[4] + mn[5] * B[5], mn[6] * B[6] + mn[7] * B[7]);
+        accm[r] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(m4), accm[r]);
+      }
+      const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)scw)));
+      __m512i tot[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+      QX_UNROLL for (int p = 0; p < 4; p++) {
+        __m512i is = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k4_pair(qs, qh, p), xv[p]);
+        tot[p % 2] = _mm512_add_epi32(tot[p % 2], mul16(is, _mm512_permutexvar_epi32(pair_idx(2 * p, 2 * p + 1), sc)));
+      }
+      const __m512i t = _mm512_add_epi32(tot[0], tot[1]);
+      __m256i lanes = _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1));
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; r++) out[r] = q5 ? hs8(acc[r]) + summs[r] : hs8(acc[r]) + hs4(accm[r]);
+}
+
+static float dot_k8(bool q5, int64_t k, const void *vw, const void *vx) {
+  const uint8_t *w = vw;
+  float s;
+  if (q5)
+    k8_rows(true, 1, k, &w, vx, &s);
+  else
+    k8_rows(false, 1, k, &w, vx, &s);
+  return s;
+}
+
+// vec_dot_q6_K_q8_K for R rows at once, one token
+static inline __attribute__((always_inline)) void q6k_rows(const int R, int64_t k, const uint8_t *const *vw,
+                                                           const void *vx, float *out) {
+  const blk_q8_K *x = vx;
+  __m256 acc[4];
+  for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+  const __m512i m4z = _mm512_set1_epi8(15), m3z = _mm512_set1_epi8(3);
+  for (int64_t b = 0; b < k / QK_K; b++) {
+    const __m512i xv[4] = {_mm512_loadu_si512(x[b].qs), _mm512_loadu_si512(x[b].qs + 64),
+                           _mm512_loadu_si512(x[b].qs + 128), _mm512_loadu_si512(x[b].qs + 192)};
+    const __m256i bs = _mm256_loadu_si256((const __m256i *)x[b].bsums);
+    QX_UNROLL for (int r = 0; r < R; r++) {
+      const blk_q6_K *w = (const blk_q6_K *)vw[r] + b;
+      // int8 scales in the low 16 bits of each lane (mul16)
+      const __m512i sc = _mm512_and_si512(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)w->scales)),
+                                          _mm512_set1_epi32(0xffff));
+      __m512i tot[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+      QX_UNROLL for (int j = 0; j < 2; j++) {
+        const __m512i L = _mm512_loadu_si512(w->ql + 64 * j);  // chunks 0, 1 low nibbles; 2, 3 high
+        const __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w->qh + 32 * j)));
+        QX_UNROLL for (int cp = 0; cp < 2; cp++) {  // chunks c = 2cp, 2cp+1
+          const __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * cp)), _mm256_set1_epi16((short)(4 * cp + 2)), 1);
+          __m512i lo = _mm512_and_si512(cp ? _mm512_srli_epi16(L, 4) : L, m4z);
+          __m512i hi = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(H, sh), m3z), 4);
+          __m512i is = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_or_si512(lo, hi), xv[2 * j + cp]);
+          const int g = 8 * j + 4 * cp;  // scale group of chunk 2cp's first 16
+          const __m512i idx = _mm512_setr_epi32(g, g, g, g, g + 1, g + 1, g + 1, g + 1, g + 2, g + 2, g + 2, g + 2,
+                                                g + 3, g + 3, g + 3, g + 3);
+          tot[cp] = _mm512_add_epi32(tot[cp], mul16(is, _mm512_permutexvar_epi32(idx, sc)));
+        }
+      }
+      const __m512i t = _mm512_add_epi32(tot[0], tot[1]);
+      __m256i lanes = _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1));
+      __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w->scales));
+      lanes = _mm256_sub_epi32(lanes, _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5));
+      const float d = x[b].d * h2f(w->d);
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; r++) out[r] = hs8(acc[r]);
+}
+
+static float dot_q6k(int64_t k, const void *vw, const void *vx) {
+  const uint8_t *w = vw;
+  float s;
+  q6k_rows(1, k, &w, vx, &s);
+  return s;
+}
+
+// q4_K repack orders for one output (the tile below does 16 at once)
+static float dot_q4k_repack(int step, int64_t k, const void *vw, const void *vx) {
+  const blk_q4_K *w = vw;
+  const blk_q8_K *x = vx;
+  float acc = 0, accm = 0;
+  for (int64_t b = 0; b < k / QK_K; b++) {
+    uint64_t scw, mnw;
+    qi_k4_scales(w[b].scales, &scw, &mnw);
+    uint8_t sc[8], mn[8];
+    memcpy(sc, &scw, 8);
+    memcpy(mn, &mnw, 8);
+    int is[8];
+    for (int p = 0; p < 4; p++) {
+      __m512i v = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k4_pair(w[b].qs, NULL, p),
+                                      _mm512_loadu_si512(x[b].qs + 64 * p));
+      is[2 * p] = hsum_i32x8(_mm512_castsi512_si256(v));
+      is[2 * p + 1] = hsum_i32x8(_mm512_extracti64x4_epi64(v, 1));
+    }
+    const float ds = h2f(w[b].d) * x[b].d, dm = h2f(w[b].dmin) * x[b].d;
+    for (int p0 = 0; p0 < 4; p0 += step) {
+      int t = 0, m = 0;
+      for (int s = 2 * p0; s < 2 * (p0 + step); s++) {
+        t += sc[s] * is[s];
+        m += mn[s] * (x[b].bsums[2 * s] + x[b].bsums[2 * s + 1]);
+      }
+      acc = fma1((float)t, ds, acc);
+      accm = fma1((float)m, dm, accm);
+    }
+  }
+  return acc - accm;
+}
+
+static inline __mmask16 tail16(int64_t r) { return _cvtu32_mask16((1u << r) - 1); }
+static inline __m512 ld_h(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+
+// ggml_vec_dot_f32 (see the reference for the tail)
+static float dot_vf32(int64_t k, const float *w, const float *x) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  const int64_t np = k & ~(int64_t)63;
+  for (int64_t i = 0; i < np; i += 64) {
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), s0);
+    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), s1);
+    s2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 32), _mm512_loadu_ps(x + i + 32), s2);
+    s3 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 48), _mm512_loadu_ps(x + i + 48), s3);
+  }
+  s0 = _mm512_add_ps(s0, s2);
+  s1 = _mm512_add_ps(s1, s3);
+  float sum = hs16(_mm512_add_ps(s0, s1));
+  const int64_t r = k - np, vec_end = np + (r & ~(int64_t)15) + ((r & 15) >= 8 ? 8 : 0);
+  int64_t i = np;
+  for (; i < vec_end; i++) {
+    float p = w[i] * x[i];
+    sum = sum + p;
+  }
+  for (; i < k; i++) sum = fma1(w[i], x[i], sum);
+  return sum;
+}
+
+static float dot_vf16(int64_t k, const uint16_t *w, const uint16_t *x) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  const int64_t np = k & ~(int64_t)63;
+  for (int64_t i = 0; i < np; i += 64) {
+    s0 = _mm512_fmadd_ps(ld_h(w + i), ld_h(x + i), s0);
+    s1 = _mm512_fmadd_ps(ld_h(w + i + 16), ld_h(x + i + 16), s1);
+    s2 = _mm512_fmadd_ps(ld_h(w + i + 32), ld_h(x + i + 32), s2);
+    s3 = _mm512_fmadd_ps(ld_h(w + i + 48), ld_h(x + i + 48), s3);
+  }
+  s0 = _mm512_add_ps(s0, s2);
+  s1 = _mm512_add_ps(s1, s3);
+  double sum = (double)hs16(_mm512_add_ps(s0, s1));
+  for (int64_t i = np; i < k; i++) {
+    float p = h2f(w[i]) * h2f(x[i]);
+    sum = sum + (double)p;
+  }
+  return (float)sum;
+}
+
+static inline __m512 dpbf(__m512 acc, const uint16_t *w, const uint16_t *x) {
+  return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(w), (__m512bh)_mm512_loadu_si512(x));
+}
+
+static float dot_vbf16(int64_t k, const uint16_t *w, const uint16_t *x) {
+  __m512 c1 = _mm512_setzero_ps(), c2 = c1;
+  int64_t i = 0;
+  for (; i + 64 <= k; i += 64) {
+    c1 = dpbf(c1, w + i, x + i);
+    c2 = dpbf(c2, w + i + 32, x + i + 32);
+  }
+  double sum = 0;
+  sum = sum + (double)hs16(c1);
+  sum = sum + (double)hs16(c2);
+  for (; i < k; i++) {
+    float p = quant_bf16_to_f32(w[i]) * quant_bf16_to_f32(x[i]);
+    sum = sum + (double)p;
+  }
+  return (float)sum;
+}
+
+static float dot_t16(bool h, int64_t k, const void *w, const void *x) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t c = 0; c < k; c += 16) {
+    __m512 a = h ? ld_h((const uint16_t *)w + c) : _mm512_loadu_ps((const float *)w + c);
+    __m512 b = h ? ld_h((const uint16_t *)x + c) : _mm512_loadu_ps((const float *)x + c);
+    acc = _mm512_fmadd_ps(a, b, acc);
+  }
+  return hs16(acc);
+}
+
+static float dot_t32(int64_t k, const uint16_t *w, const uint16_t *x) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t c = 0; c < k; c += 32) acc = dpbf(acc, w + c, x + c);
+  return hs16(acc);
+}
+
+void quant_exact_dot_avx512(qx_order o, int64_t k, float *s, const void *w, const void *x) {
+  switch (o) {
+    case QX_Q8_0: *s = dot_l8(false, k, w, x); return;
+    case QX_Q4_0_L8: *s = dot_l8(true, k, w, x); return;
+    case QX_Q4_0_C1: *s = dot_q4_0_c1(k, w, x); return;
+    case QX_Q4_K_K8: *s = dot_k8(false, k, w, x); return;
+    case QX_Q5_K_K8: *s = dot_k8(true, k, w, x); return;
+    case QX_Q4_K_V256: *s = dot_q4k_repack(4, k, w, x); return;
+    case QX_Q4_K_V64: *s = dot_q4k_repack(1, k, w, x); return;
+    case QX_Q6_K_K8: *s = dot_q6k(k, w, x); return;
+    case QX_F32_VEC: *s = dot_vf32(k, w, x); return;
+    case QX_F32_T16: *s = dot_t16(false, k, w, x); return;
+    case QX_F16_VEC: *s = dot_vf16(k, w, x); return;
+    case QX_F16_T16: *s = dot_t16(true, k, w, x); return;
+    case QX_BF16_VEC: *s = dot_vbf16(k, w, x); return;
+    case QX_BF16_T32: *s = dot_t32(k, w, x); return;
+    default: MOLE_ASSERT(!"quant_exact_dot_avx512: no such order");
+  }
+}
+
+// ---- 16-row panels: lane L of a register holds row P(L) = 4*(L%4) + L/4 ----------------------
+
+static inline int perm16(int L) { return 4 * (L % 4) + L / 4; }
+
+// 16 bytes at p[r] + off for 16 rows -> T[c]: lane L = dword c of row P(L)
+static inline void tr16x4(const uint8_t *const *p, size_t off, __m512i T[4]) {
+  __m512i Z[4];
+  // masked broadcasts from memory: load + blend, no shuffle port
+  QX_UNROLL for (int g = 0; g < 4; g++) {
+    __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(p[4 * g] + off)));
+    v = _mm512_mask_broadcast_i32x4(v, 0x00f0, _mm_loadu_si128((const __m128i *)(p[4 * g + 1] + off)));
+    v = _mm512_mask_broadcast_i32x4(v, 0x0f00, _mm_loadu_si128((const __m128i *)(p[4 * g + 2] + off)));
+    Z[g] = _mm512_mask_broadcast_i32x4(v, 0xf000, _mm_loadu_si128((const __m128i *)(p[4 * g + 3] + off)));
+  }
+  __m512i t0 = _mm512_unpacklo_epi32(Z[0], Z[1]), t1 = _mm512_unpackhi_epi32(Z[0], Z[1]);
+  __m512i t2 = _mm512_unpacklo_epi32(Z[2], Z[3]), t3 = _mm512_unpackhi_epi32(Z[2], Z[3]);
+  T[0] = _mm512_unpacklo_epi64(t0, t2);
+  T[1] = _mm512_unpackhi_epi64(t0, t2);
+  T[2] = _mm512_unpacklo_epi64(t1, t3);
+  T[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+// lane L -> row P(L) of y (nr rows)
+static inline void store16(float *y, __m512 v, int nr) {
+  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  _mm512_mask_storeu_ps(y, tail16(nr), _mm512_permutexvar_ps(idx, v));
+}
+
+static void rows16(const void *W, size_t wstride, int64_t r0, int64_t i1, const uint8_t *p[16]) {
+  for (int r = 0; r < 16; r++) p[r] = (const uint8_t *)W + (size_t)MOLE_MIN(r0 + r, i1 - 1) * wstride;
+}
+
+// Streaming a group of rows block by block touches as many lines per step as
+// there are rows, too many streams for the hardware prefetcher: while on block
+// b of a group, prefetch the slice of the next group's rows (contiguous when
+// the matrix is) that block b of that group will read.
+static inline void prefetch_next(const uint8_t *next, size_t bytes) {
+  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)next + o, _MM_HINT_T0);
+}
+
+// Offsets of the 16 rows' blocks from row 0's, lane L = row P(L), for gathers.
+static inline __m512i row_offsets16(const uint8_t *const *p) {
+  int32_t o[16];
+  for (int L = 0; L < 16; L++) o[L] = (int32_t)(p[perm16(L)] - p[0]);
+  return _mm512_loadu_si512(o);
+}
+
+// the f16 at p[0] + off + offs[L] as floats in lane L
+static inline __m512 gather_f16(const uint8_t *base, __m512i offs) {
+  __m512i v = _mm512_i32gather_epi32(offs, base, 1);
+  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
+}
+
+// Per-call token data in scratch after `off` bytes: for q8_0 activations the
+// block scales as floats and -8 * the sum of the codes.
+typedef struct {
+  float *dx;    // [nt][nb]
+  int32_t *sx;  // [nt][nb]
+} tok_aux;
+
+static tok_aux q8_0_aux(char *scr, const void *X, size_t xstride, int64_t j0, int64_t nt, int64_t nb) {
+  tok_aux a = {(float *)scr, (int32_t *)scr + nt * nb};
+  for (int64_t j = 0; j < nt; j++) {
+    const blk_q8_0 *x = (const blk_q8_0 *)((const char *)X + (size_t)(j0 + j) * xstride);
+    for (int64_t b = 0; b < nb; b++) {
+      __m256i v = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8),
+                                      _mm256_loadu_si256((const __m256i *)x[b].qs));
+      a.sx[j * nb + b] = -hsum_i32x8(v);
+      a.dx[j * nb + b] = h2f(x[b].d);
+    }
+  }
+  return a;
+}
+
+// q4_0, one fma per block: 16 rows, codes transposed into registers per
+// block, every token of the call against them; accumulators in scratch.
+static void tile_q4_0_c1(const void *W, size_t wstride, const void *X, size_t xstride, float *Y, int64_t ldy,
+                         int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k) {
+  const int64_t nb = k / 32, nt = j1 - j0;
+  char *scr = quant_scratch((size_t)nt * 64 + (size_t)nt * (size_t)nb * 8);
+  __m512 *acc = (__m512 *)scr;
+  const tok_aux ta = q8_0_aux(scr + (size_t)nt * 64, X, xstride, j0, nt, nb);
+  const __m512i m4 = _mm512_set1_epi8(15);
+  for (int64_t r0 = i0; r0 < i1; r0 += 16) {
+    const int nr = (int)MOLE_MIN(16, i1 - r0);
+    const uint8_t *p[16];
+    rows16(W, wstride, r0, i1, p);
+    const __m512i offs = row_offsets16(p);
+    for (int64_t j = 0; j < nt; j++) acc[j] = _mm512_setzero_ps();
+    __m512 dw_next = gather_f16(p[0], offs);  // gathers issued a block ahead: their latency is long
+    for (int64_t b = 0; b < nb; b++) {
+      const size_t bo = (size_t)b * sizeof(blk_q4_0);
+      const __m512 dw = dw_next;
+      if (b + 1 < nb) dw_next = gather_f16(p[0] + bo + sizeof(blk_q4_0), offs);
+      prefetch_next(p[0] + 16 * wstride + (size_t)b * 16 * sizeof(blk_q4_0), 16 * sizeof(blk_q4_0));
+      __m512i T[4], V[8];
+      tr16x4(p, bo + 2, T);
+      QX_UNROLL for (int c = 0; c < 4; c++) {
+        V[c] = _mm512_and_si512(T[c], m4);
+        V[c + 4] = _mm512_and_si512(_mm512_srli_epi32(T[c], 4), m4);
+      }
+      for (int64_t j = 0; j < nt; j++) {
+        const int32_t *xq = (const int32_t *)((const blk_q8_0 *)((const char *)X + (size_t)(j0 + j) * xstride))[b].qs;
+        // four short dpbusd chains (integer sums: any order is exact)
+        __m512i is[4] = {_mm512_set1_epi32(ta.sx[j * nb + b]), _mm512_setzero_si512(), _mm512_setzero_si512(),
+                         _mm512_setzero_si512()};
+        QX_UNROLL for (int c = 0; c < 8; c++) {
+          int32_t xd;
+          memcpy(&xd, xq + c, 4);
+          is[c % 4] = _mm512_dpbusd_epi32(is[c % 4], V[c], _mm512_set1_epi32(xd));
+        }
+        const __m512i isum = _mm512_add_epi32(_mm512_add_epi32(is[0], is[1]), _mm512_add_epi32(is[2], is[3]));
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(ta.dx[j * nb + b])),
+                                 acc[j]);
+      }
+    }
+    for (int64_t j = 0; j < nt; j++) store16(Y + (j0 + j) * ldy + r0, acc[j], nr);
+  }
+}
+
+// q4_K repack orders: 16 rows, codes of a sub-block pair transposed into
+// registers, every token against them; accumulators (main, min) in scratch.
+static void tile_q4k_repack(bool v64, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
+                            int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k) {
+  const int64_t nb = k / QK_K, nt = j1 - j0;
+  char *scr = quant_scratch((size_t)nt * 4 * 64);
+  __m512 *acc = (__m512 *)scr, *accm = acc + nt;
+  __m512i *tot = (__m512i *)(accm + nt), *mins = tot + nt;
+  const __m512i m4 = _mm512_set1_epi8(15);
+  for (int64_t r0 = i0; r0 < i1; r0 += 16) {
+    const int nr = (int)MOLE_MIN(16, i1 - r0);
+    const uint8_t *p[16];
+    rows16(W, wstride, r0, i1, p);
+    const __m512i offs = row_offsets16(p);
+    for (int64_t j = 0; j < nt; j++) acc[j] = accm[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+      const size_t bo = (size_t)b * sizeof(blk_q4_K);
+      prefetch_next(p[0] + 16 * wstride + (size_t)b * 16 * sizeof(blk_q4_K), 16 * sizeof(blk_q4_K));
+      int32_t sc[8][16], mp[4][16];
+      for (int L = 0; L < 16; L++) {
+        uint64_t scw, mnw;
+        qi_k4_scales(p[perm16(L)] + bo + offsetof(blk_q4_K, scales), &scw, &mnw);
+        for (int s = 0; s < 8; s++) sc[s][L] = (int32_t)((scw >> (8 * s)) & 0xff);
+        for (int q = 0; q < 4; q++)
+          mp[q][L] = (int32_t)(((mnw >> (16 * q)) & 0xff) | ((mnw >> (16 * q + 8)) & 0xff) << 16);
+      }
+      const __m512 dw = gather_f16(p[0] + bo + offsetof(blk_q4_K, d), offs);
+      const __m512 dmw = gather_f16(p[0] + bo + offsetof(blk_q4_K, dmin), offs);
+      for (int64_t j = 0; j < nt; j++) tot[j] = mins[j] = _mm512_setzero_si512();
+      for (int q = 0; q < 4; q++) {
+        __m512i T[8], V[2][8];
+        tr16x4(p, bo + offsetof(blk_q4_K, qs) + 32 * q, T);
+        tr16x4(p, bo + offsetof(blk_q4_K, qs) + 32 * q + 16, T + 4);
+        for (int t = 0; t < 8; t++) {
+          V[0][t] = _mm512_and_si512(T[t], m4);
+          V[1][t] = _mm512_and_si512(_mm512_srli_epi32(T[t], 4), m4);
+        }
+        const __m512i sc0 = _mm512_loadu_si512(sc[2 * q]), sc1 = _mm512_loadu_si512(sc[2 * q + 1]);
+        const __m512i mq = _mm512_loadu_si512(mp[q]);
+        for (int64_t j = 0; j < nt; j++) {
+          const blk_q8_K *x = (const blk_q8_K *)((const char *)X + (size_t)(j0 + j) * xstride) + b;
+          const int32_t *xq = (const int32_t *)x->qs + 16 * q;
+          __m512i is0 = _mm512_setzero_si512(), is1 = _mm512_setzero_si512();
+          QX_UNROLL for (int t = 0; t < 8; t++) {
+            int32_t a0, a1;
+            memcpy(&a0, xq + t, 4);
+            memcpy(&a1, xq + 8 + t, 4);
+            is0 = _mm512_dpbusd_epi32(is0, V[0][t], _mm512_set1_epi32(a0));
+            is1 = _mm512_dpbusd_epi32(is1, V[1][t], _mm512_set1_epi32(a1));
+          }
+          __m512i tq = _mm512_add_epi32(_mm512_mullo_epi32(is0, sc0), _mm512_mullo_epi32(is1, sc1));
+          const int16_t B0 = (int16_t)(x->bsums[4 * q] + x->bsums[4 * q + 1]);
+          const int16_t B1 = (int16_t)(x->bsums[4 * q + 2] + x->bsums[4 * q + 3]);
+          const int32_t bp = (int32_t)((uint32_t)(uint16_t)B0 | (uint32_t)(uint16_t)B1 << 16);
+          __m512i mq_j = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mq, _mm512_set1_epi32(bp));
+          if (v64) {
+            const __m512 xd = _mm512_set1_ps(x->d);
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tq), _mm512_mul_ps(dw, xd), acc[j]);
+            accm[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mq_j), _mm512_mul_ps(dmw, xd), accm[j]);
+          } else {
+            tot[j] = _mm512_add_epi32(tot[j], tq);
+            mins[j] = _mm512_add_epi32(mins[j], mq_j);
+          }
+        }
+      }
+      if (!v64)
+        for (int64_t j = 0; j < nt; j++) {
+          const __m512 xd = _mm512_set1_ps(((const blk_q8_K *)((const char *)X + (size_t)(j0 + j) * xstride))[b].d);
+          acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot[j]), _mm512_mul_ps(dw, xd), acc[j]);
+          accm[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins[j]), _mm512_mul_ps(dmw, xd), accm[j]);
+        }
+    }
+    for (int64_t j = 0; j < nt; j++) store16(Y + (j0 + j) * ldy + r0, _mm512_sub_ps(acc[j], accm[j]), nr);
+  }
+}
+
+// q8_0 (and q4_0 without repack): 8 rows as 4 pairs, 4 tokens. Panel per
+// block: 4 registers of unsigned codes [row 2q | row 2q+1], 8 row scales.
+enum { L8_PB = 4 * 64 + 64 };
+
+// One token group of up to 4 tokens straight from the rows (decode): the
+// codes of 8 rows as 4 pairs per block, the scales gathered a block ahead.
+static inline __attribute__((always_inline)) void l8_direct(bool q4, const int NT, const uint8_t *const *p,
+                                                            const blk_q8_0 *const *x, int64_t nb, size_t next_off,
+                                                            __m512 acc[4][4]) {
+  const size_t bsz = q4 ? sizeof(blk_q4_0) : sizeof(blk_q8_0);
+  const __m512i off2 = q4 ? _mm512_set1_epi8(8) : _mm512_set1_epi8((char)0x80);
+  int32_t o[8];
+  for (int r = 0; r < 8; r++) o[r] = (int32_t)(p[r] - p[0]);
+  const __m256i offs = _mm256_loadu_si256((const __m256i *)o);
+  __m256 dw_next = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_i32gather_epi32((const int *)p[0], offs, 1)));
+  for (int64_t b = 0; b < nb; b++) {
+    const size_t bo = (size_t)b * bsz;
+    const __m256 dw = dw_next;
+    if (b + 1 < nb)
+      dw_next = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_i32gather_epi32((const int *)(p[0] + bo + bsz), offs, 1)));
+    prefetch_next(p[0] + next_off + (size_t)b * 8 * bsz, 8 * bsz);
+    __m512i w[4];
+    QX_UNROLL for (int q = 0; q < 4; q++) {
+      if (q4) {
+        w[q] = _mm512_inserti64x4(_mm512_castsi256_si512(nib32(p[2 * q] + bo + 2)), nib32(p[2 * q + 1] + bo + 2), 1);
+      } else {
+        __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(p[2 * q] + bo + 2)));
+        v = _mm512_mask_broadcast_i64x4(v, 0xf0, _mm256_loadu_si256((const __m256i *)(p[2 * q + 1] + bo + 2)));
+        w[q] = _mm512_xor_si512(v, off2);
+      }
+    }
+    QX_UNROLL for (int t = 0; t < NT; t++) {
+      const __m512i xv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[t][b].qs));
+      const __m512i corr = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), off2, xv));
+      const __m512 d8 = _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_set1_ps(h2f(x[t][b].d))));
+      QX_UNROLL for (int q = 0; q < 4; q++) {
+        __m512i is = _mm512_dpbusd_epi32(corr, w[q], xv);
+        acc[q][t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pair_idx(2 * q, 2 * q + 1), d8), _mm512_cvtepi32_ps(is),
+                                    acc[q][t]);
+      }
+    }
+  }
+}
+
+static void tile_l8(bool q4, const void *W, size_t wstride, const void *X, size_t xstride, float *Y, int64_t ldy,
+                    int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k) {
+  const int64_t nb = k / 32, nt = j1 - j0;
+  const size_t bsz = q4 ? sizeof(blk_q4_0) : sizeof(blk_q8_0);
+  char *panel = quant_scratch((size_t)nb * L8_PB);
+  const __m256i off = q4 ? _mm256_set1_epi8(8) : _mm256_set1_epi8((char)0x80);
+  const __m512i off2 = _mm512_broadcast_i64x4(off);
+  for (int64_t r0 = i0; r0 < i1; r0 += 8) {
+    const int nr = (int)MOLE_MIN(8, i1 - r0);
+    const uint8_t *p[8];
+    for (int r = 0; r < 8; r++) p[r] = (const uint8_t *)W + (size_t)MOLE_MIN(r0 + r, i1 - 1) * wstride;
+    if (nt <= 4) {  // decode: no panel
+      __m512 acc[4][4];
+      const blk_q8_0 *x[4];
+      for (int t = 0; t < 4; t++) {
+        x[t] = (const blk_q8_0 *)((const char *)X + (size_t)(j0 + MOLE_MIN(t, nt - 1)) * xstride);
+        for (int q = 0; q < 4; q++) acc[q][t] = _mm512_setzero_ps();
+      }
+      switch (nt) {
+        case 1: l8_direct(q4, 1, p, x, nb, 8 * wstride, acc); break;
+        case 2: l8_direct(q4, 2, p, x, nb, 8 * wstride, acc); break;
+        case 3: l8_direct(q4, 3, p, x, nb, 8 * wstride, acc); break;
+        default: l8_direct(q4, 4, p, x, nb, 8 * wstride, acc); break;
+      }
+      for (int t = 0; t < nt; t++) {
+        float *y = Y + (j0 + t) * ldy + r0;
+        for (int q = 0; q < 4; q++) {
+          if (2 * q < nr) y[2 * q] = hs8(_mm512_castps512_ps256(acc[q][t]));
+          if (2 * q + 1 < nr) y[2 * q + 1] = hs8(_mm512_extractf32x8_ps(acc[q][t], 1));
+        }
+      }
+      continue;
+    }
+    for (int64_t b = 0; b < nb; b++) {
+      char *pb = panel + (size_t)b * L8_PB;
+      float dw[8];
+      for (int r = 0; r < 8; r++) {
+        const uint8_t *blk = p[r] + (size_t)b * bsz;
+        __m256i c = q4 ? nib32(blk + 2) : _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), off);
+        _mm256_store_si256((__m256i *)(pb + 32 * r), c);
+        uint16_t h;
+        memcpy(&h, blk, 2);
+        dw[r] = h2f(h);
+      }
+      memcpy(pb + 256, dw, sizeof dw);
+    }
+    int64_t j = 0;
+    for (; j < nt; j += 4) {
+      const int tn = (int)MOLE_MIN(4, nt - j);
+      __m512 acc[4][4];
+      for (int q = 0; q < 4; q++)
+        for (int t = 0; t < 4; t++) acc[q][t] = _mm512_setzero_ps();
+      const blk_q8_0 *x[4];
+      for (int t = 0; t < 4; t++)
+        x[t] = (const blk_q8_0 *)((const char *)X + (size_t)(j0 + j + MOLE_MIN(t, tn - 1)) * xstride);
+      for (int64_t b = 0; b < nb; b++) {
+        const char *pb = panel + (size_t)b * L8_PB;
+        const __m256 dw = _mm256_load_ps((const float *)(pb + 256));
+        QX_UNROLL for (int t = 0; t < 4; t++) {
+          const __m512i xv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[t][b].qs));
+          const __m512i corr = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                _mm512_dpbusd_epi32(_mm512_setzero_si512(), off2, xv));
+          const __m512 d8 = _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_set1_ps(h2f(x[t][b].d))));
+          QX_UNROLL for (int q = 0; q < 4; q++) {
+            __m512i is = _mm512_dpbusd_epi32(corr, _mm512_load_si512(pb + 64 * q), xv);
+            __m512 d = _mm512_permutexvar_ps(pair_idx(2 * q, 2 * q + 1), d8);
+            acc[q][t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(is), acc[q][t]);
+          }
+        }
+      }
+      for (int t = 0; t < tn; t++) {
+        float *y = Y + (j0 + j + t) * ldy + r0;
+        for (int q = 0; q < 4; q++) {
+          if (2 * q < nr) y[2 * q] = hs8(_mm512_castps512_ps256(acc[q][t]));
+          if (2 * q + 1 < nr) y[2 * q + 1] = hs8(_mm512_extractf32x8_ps(acc[q][t], 1));
+        }
+      }
+    }
+  }
+}
+
+// tinyBLAS orders: 4 rows x 4 tokens of 16-lane accumulators
+static void tile_tiny(qx_order o, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
+                      int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k) {
+  const int KN = o == QX_BF16_T32 ? 32 : 16;
+  for (int64_t r0 = i0; r0 < i1; r0 += 4) {
+    const int nr = (int)MOLE_MIN(4, i1 - r0);
+    const char *wr[4];
+    for (int r = 0; r < 4; r++) wr[r] = (const char *)W + (size_t)(r0 + MOLE_MIN(r, nr - 1)) * wstride;
+    for (int64_t j = j0; j < j1; j += 4) {
+      const int tn = (int)MOLE_MIN(4, j1 - j);
+      const char *xr[4];
+      for (int t = 0; t < 4; t++) xr[t] = (const char *)X + (size_t)(j + MOLE_MIN(t, tn - 1)) * xstride;
+      __m512 acc[4][4];
+      for (int r = 0; r < 4; r++)
+        for (int t = 0; t < 4; t++) acc[r][t] = _mm512_setzero_ps();
+      for (int64_t c = 0; c < k; c += KN) {
+        if (o == QX_BF16_T32) {
+          __m512i a[4], bx[4];
+          for (int r = 0; r < 4; r++) a[r] = _mm512_loadu_si512((const uint16_t *)wr[r] + c);
+          for (int t = 0; t < 4; t++) bx[t] = _mm512_loadu_si512((const uint16_t *)xr[t] + c);
+          QX_UNROLL for (int r = 0; r < 4; r++) QX_UNROLL for (int t = 0; t < 4; t++)
+            acc[r][t] = _mm512_dpbf16_ps(acc[r][t], (__m512bh)a[r], (__m512bh)bx[t]);
+        } else {
+          const bool h = o == QX_F16_T16;
+          __m512 a[4], bx[4];
+          for (int r = 0; r < 4; r++)
+            a[r] = h ? ld_h((const uint16_t *)wr[r] + c) : _mm512_loadu_ps((const float *)wr[r] + c);
+          for (int t = 0; t < 4; t++)
+            bx[t] = h ? ld_h((const uint16_t *)xr[t] + c) : _mm512_loadu_ps((const float *)xr[t] + c);
+          QX_UNROLL for (int r = 0; r < 4; r++) QX_UNROLL for (int t = 0; t < 4; t++)
+            acc[r][t] = _mm512_fmadd_ps(a[r], bx[t], acc[r][t]);
+        }
+      }
+      for (int t = 0; t < tn; t++)
+        for (int r = 0; r < nr; r++) Y[(j + t) * ldy + r0 + r] = hs16(acc[r][t]);
+    }
+  }
+}
+
+void quant_exact_tile_avx512(qx_order o, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
+                             int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k) {
+  if (i0 >= i1 || j0 >= j1) return;
+  switch (o) {
+    case QX_Q4_0_C1: tile_q4_0_c1(W, wstride, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
+    case QX_Q4_K_V256: tile_q4k_repack(false, W, wstride, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
+    case QX_Q4_K_V64: tile_q4k_repack(true, W, wstride, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
+    case QX_Q8_0: tile_l8(false, W, wstride, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
+    case QX_Q4_0_L8: tile_l8(true, W, wstride, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
+    case QX_F32_T16: case QX_F16_T16: case QX_BF16_T32:
+      tile_tiny(o, W, wstride, X, xstride, Y, ldy, i0, i1, j0, j1, k);
+      return;
+    case QX_Q4_K_K8: case QX_Q5_K_K8: case QX_Q6_K_K8:
+      for (int64_t j = j0; j < j1; j++) {
+        const void *x = (const char *)X + (size_t)j * xstride;
+        int64_t i = i0;
+        for (; i + 4 <= i1; i += 4) {
+          const uint8_t *w[4];
+          for (int r = 0; r < 4; r++) w[r] = (const uint8_t *)W + (size_t)(i + r) * wstride;
+          if (j == j0) prefetch_next(w[0] + 4 * wstride, 4 * wstride);
+          if (o == QX_Q6_K_K8)
+            q6k_rows(4, k, w, x, &Y[j * ldy + i]);
+          else if (o == QX_Q5_K_K8)
+            k8_rows(true, 4, k, w, x, &Y[j * ldy + i]);
+          else
+            k8_rows(false, 4, k, w, x, &Y[j * ldy + i]);
+        }
+        for (; i < i1; i++) quant_exact_dot_avx512(o, k, &Y[j * ldy + i], (const char *)W + (size_t)i * wstride, x);
+      }
+      return;
+    default:
+      for (int64_t j = j0; j < j1; j++)
+        for (int64_t i = i0; i < i1; i++)
+          quant_exact_dot_avx512(o, k, &Y[j * ldy + i], (const char *)W + (size_t)i * wstride,
+                                 (const char *)X + (size_t)j * xstride);
+  }
+}

@@ -1,0 +1,373 @@
+// quant_exact: the llama.cpp-order kernels. The AVX-512 twins against the
+// scalar references bit for bit on random data at awkward sizes (every tile
+// edge), the choice of order per op, and golden hashes of outputs that
+// llama.cpp's CPU backend computed on the same inputs (mul_mat / mul_mat_id
+// through ggml with its repack buffers and llamafile, as llama-cli runs).
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "quant/quant.h"
+#include "quant/quant_exact.h"
+#include "quant/quant_internal.h"
+#include "testutil.h"
+
+static void *xalloc(size_t n) {
+  void *p = mole_aligned_alloc(64, n ? n : 1);
+  assert_non_null(p);
+  memset(p, 0, n);
+  return p;
+}
+
+// ---- deterministic inputs (integer arithmetic only: the same bits on every
+// compiler, so that the golden hashes hold) --------------------------------------------
+
+static uint64_t nx(uint64_t *s) { return tu_rand_u64(s); }
+
+static float bitsf(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+// activations: +-[0.25, 2) with a few x8 outliers
+static float gen_act(uint64_t *s) {
+  uint64_t u = nx(s);
+  uint32_t e = 125 + (uint32_t)((u >> 40) & 3) + (((u >> 50) & 31) == 0 ? 3 : 0);
+  return bitsf((uint32_t)(u >> 63) << 31 | e << 23 | (uint32_t)(u & 0x7fffff));
+}
+
+// float weights: +-[1/64, 1/8)
+static float gen_wf(uint64_t *s) {
+  uint64_t u = nx(s);
+  uint32_t e = 121 + (uint32_t)((u >> 40) & 3);
+  return bitsf((uint32_t)(u >> 63) << 31 | e << 23 | (uint32_t)(u & 0x7fffff));
+}
+
+static uint16_t gen_h(uint64_t *s, int exp) {  // f16 +[2^(exp-15), 2^(exp-14))
+  return (uint16_t)(exp << 10 | (nx(s) & 0x3ff));
+}
+
+// One weight row of type t, k elements: random codes and scales.
+static void gen_wrow(uint64_t *s, quant_type t, int64_t k, void *row) {
+  const size_t bytes = quant_row_size(t, k);
+  uint8_t *p = row;
+  if (t == QT_F32) {
+    for (int64_t i = 0; i < k; i++) ((float *)row)[i] = gen_wf(s);
+    return;
+  }
+  if (t == QT_F16) {
+    for (int64_t i = 0; i < k; i++) {
+      const uint64_t u = nx(s);
+      const uint16_t h = gen_h(s, 9 + (int)(u & 3));
+      ((uint16_t *)row)[i] = (uint16_t)((u >> 8 & 1) << 15 | h);
+    }
+    return;
+  }
+  if (t == QT_BF16) {
+    for (int64_t i = 0; i < k; i++) {
+      uint32_t u;
+      float f = gen_wf(s);
+      memcpy(&u, &f, 4);
+      ((uint16_t *)row)[i] = (uint16_t)(u >> 16);
+    }
+    return;
+  }
+  for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)nx(s);
+  const int64_t nb = k / quant_blck_size(t);
+  for (int64_t b = 0; b < nb; b++) {
+    switch (t) {
+      case QT_Q8_0: {
+        blk_q8_0 *x = (blk_q8_0 *)row + b;
+        x->d = gen_h(s, 7);
+        for (int j = 0; j < 32; j++)
+          if (x->qs[j] == -128) x->qs[j] = -127;
+        break;
+      }
+      case QT_Q4_0: ((blk_q4_0 *)row)[b].d = gen_h(s, 8); break;
+      case QT_Q4_K: ((blk_q4_K *)row)[b].d = gen_h(s, 6), ((blk_q4_K *)row)[b].dmin = gen_h(s, 6); break;
+      case QT_Q5_K: ((blk_q5_K *)row)[b].d = gen_h(s, 5), ((blk_q5_K *)row)[b].dmin = gen_h(s, 6); break;
+      case QT_Q6_K: ((blk_q6_K *)row)[b].d = gen_h(s, 5); break;
+      default: fail_msg("gen_wrow: type %d", (int)t);
+    }
+  }
+}
+
+static quant_type vec_type(quant_type t) { return quant_traits_ref(t)->vec_dot_type; }
+
+static bool have_simd(void) { return quant_force_isa(99) >= 2; }
+
+static uint32_t fbits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+// ---- order choice ---------------------------------------------------------------------
+
+static void test_orders(void **st) {
+  (void)st;
+  qx_op dense = {256, false}, expert = {256, true}, odd = {12, false}, none = {0, false};
+  assert_int_equal(quant_exact_order(QT_Q8_0, &dense, 7, 6, 256), QX_Q8_0);
+  assert_int_equal(quant_exact_order(QT_Q4_0, &dense, 7, 6, 256), QX_Q4_0_C1);
+  assert_int_equal(quant_exact_order(QT_Q4_0, &odd, 7, 6, 256), QX_Q4_0_L8);
+  assert_int_equal(quant_exact_order(QT_Q4_K, &dense, 7, 3, 256), QX_Q4_K_V64);
+  assert_int_equal(quant_exact_order(QT_Q4_K, &dense, 7, 4, 256), QX_Q4_K_V256);
+  assert_int_equal(quant_exact_order(QT_Q4_K, &dense, 3, 0, 256), QX_Q4_K_V256);
+  assert_int_equal(quant_exact_order(QT_Q4_K, &expert, 8, 0, 256), QX_Q4_K_V256);
+  assert_int_equal(quant_exact_order(QT_Q4_K, &odd, 8, 0, 256), QX_Q4_K_K8);
+  assert_int_equal(quant_exact_order(QT_Q4_K, &none, 8, 0, 256), QX_Q4_K_V64);
+  assert_int_equal(quant_exact_order(QT_Q5_K, &dense, 8, 0, 256), QX_Q5_K_K8);
+  assert_int_equal(quant_exact_order(QT_Q6_K, &expert, 8, 0, 256), QX_Q6_K_K8);
+  assert_int_equal(quant_exact_order(QT_F32, &dense, 2, 0, 256), QX_F32_T16);
+  assert_int_equal(quant_exact_order(QT_F32, &dense, 1, 0, 256), QX_F32_VEC);
+  assert_int_equal(quant_exact_order(QT_F32, &expert, 5, 0, 256), QX_F32_VEC);
+  assert_int_equal(quant_exact_order(QT_F32, &dense, 5, 0, 250), QX_F32_VEC);
+  assert_int_equal(quant_exact_order(QT_F32, &(qx_op){10, false}, 5, 0, 256), QX_F32_VEC);
+  assert_int_equal(quant_exact_order(QT_F16, &odd, 5, 0, 256), QX_F16_T16);
+  assert_int_equal(quant_exact_order(QT_BF16, &dense, 5, 0, 48), QX_BF16_VEC);
+  assert_int_equal(quant_exact_order(QT_BF16, &dense, 5, 0, 64), QX_BF16_T32);
+  assert_int_equal(quant_exact_order(QT_Q4_1, &dense, 5, 0, 64), QX_NONE);
+  assert_null(quant_exact_vec_dot(QT_Q4_1, false));
+}
+
+// ---- SIMD twins vs references --------------------------------------------------------------
+
+typedef struct {
+  qx_order o;
+  quant_type t;
+} order_type;
+
+static const order_type k_orders[] = {
+    {QX_Q8_0, QT_Q8_0},     {QX_Q4_0_L8, QT_Q4_0},   {QX_Q4_0_C1, QT_Q4_0},   {QX_Q4_K_K8, QT_Q4_K},
+    {QX_Q4_K_V256, QT_Q4_K}, {QX_Q4_K_V64, QT_Q4_K}, {QX_Q5_K_K8, QT_Q5_K},   {QX_Q6_K_K8, QT_Q6_K},
+    {QX_F32_VEC, QT_F32},   {QX_F32_T16, QT_F32},    {QX_F16_VEC, QT_F16},    {QX_F16_T16, QT_F16},
+    {QX_BF16_VEC, QT_BF16}, {QX_BF16_T32, QT_BF16},
+};
+#define N_ORDERS (sizeof k_orders / sizeof k_orders[0])
+
+// k values an order accepts, awkward ones included
+static int k_list(qx_order o, int64_t *ks) {
+  switch (o) {
+    case QX_Q8_0: case QX_Q4_0_L8: case QX_Q4_0_C1:
+      ks[0] = 32, ks[1] = 96, ks[2] = 32 * 131;
+      return 3;
+    case QX_F32_VEC: case QX_F16_VEC: case QX_BF16_VEC: {
+      static const int64_t v[] = {1, 7, 8, 15, 16, 17, 24, 31, 63, 64, 65, 100, 127, 129, 2100};
+      memcpy(ks, v, sizeof v);
+      return (int)(sizeof v / sizeof v[0]);
+    }
+    case QX_F32_T16: case QX_F16_T16:
+      ks[0] = 16, ks[1] = 48, ks[2] = 2064;
+      return 3;
+    case QX_BF16_T32:
+      ks[0] = 32, ks[1] = 96, ks[2] = 4128;
+      return 3;
+    default:
+      ks[0] = 256, ks[1] = 768, ks[2] = 256 * 9;
+      return 3;
+  }
+}
+
+// activation rows of the vec_dot type of t from gen_act floats
+static void gen_xrows(uint64_t *s, quant_type t, int64_t k, int64_t n, char *X, size_t xstride) {
+  float *f = xalloc((size_t)k * sizeof(float));
+  for (int64_t j = 0; j < n; j++) {
+    for (int64_t i = 0; i < k; i++) f[i] = gen_act(s);
+    quant_traits_ref(vec_type(t))->from_float(f, X + (size_t)j * xstride, k);
+  }
+  mole_aligned_free(f);
+}
+
+static void test_dot_twins(void **st) {
+  (void)st;
+  if (!have_simd()) skip();
+  uint64_t s = 11;
+  for (size_t oi = 0; oi < N_ORDERS; oi++) {
+    const qx_order o = k_orders[oi].o;
+    const quant_type t = k_orders[oi].t;
+    int64_t ks[16];
+    const int nk = k_list(o, ks);
+    for (int ki = 0; ki < nk; ki++) {
+      const int64_t k = ks[ki];
+      char *w = xalloc(quant_row_size(t, k)), *x = xalloc(quant_row_size(vec_type(t), k));
+      for (int rep = 0; rep < 4; rep++) {
+        gen_wrow(&s, t, k, w);
+        gen_xrows(&s, t, k, 1, x, 0);
+        float a = -1, b = -2;
+        quant_exact_dot_ref(o, k, &a, w, x);
+        quant_exact_dot_avx512(o, k, &b, w, x);
+        if (fbits(a) != fbits(b)) fail_msg("order %d k %lld: ref %.9g simd %.9g", (int)o, (long long)k, a, b);
+      }
+      mole_aligned_free(w);
+      mole_aligned_free(x);
+    }
+  }
+}
+
+// tiles: rows [i0, i1) of a matrix of `rows`, tokens [j0, j1) of n; nothing
+// else written
+static void check_tile(uint64_t *s, qx_order o, quant_type t, int64_t k, int64_t rows, int64_t i0, int64_t i1,
+                       int64_t n, int64_t j0, int64_t j1) {
+  const size_t wstride = quant_row_size(t, k) + 2 * quant_type_size(t), xstride = quant_row_size(vec_type(t), k) + 4;
+  const int64_t ldy = rows + 3;
+  char *W = xalloc(wstride * (size_t)rows), *X = xalloc(xstride * (size_t)n);
+  float *Y0 = xalloc(sizeof(float) * (size_t)(ldy * n)), *Y1 = xalloc(sizeof(float) * (size_t)(ldy * n));
+  for (int64_t i = 0; i < rows; i++) gen_wrow(s, t, k, W + (size_t)i * wstride);
+  gen_xrows(s, t, k, n, X, xstride);
+  for (int64_t e = 0; e < ldy * n; e++) Y0[e] = Y1[e] = -7.0f;
+  quant_exact_tile_ref(o, W, wstride, X, xstride, Y0, ldy, i0, i1, j0, j1, k);
+  quant_exact_tile_avx512(o, W, wstride, X, xstride, Y1, ldy, i0, i1, j0, j1, k);
+  for (int64_t j = 0; j < n; j++)
+    for (int64_t i = 0; i < ldy; i++) {
+      const float a = Y0[j * ldy + i], b = Y1[j * ldy + i];
+      const bool in = i >= i0 && i < i1 && j >= j0 && j < j1;
+      if (!in && (a != -7.0f || b != -7.0f)) fail_msg("order %d: wrote outside the tile at [%lld][%lld]", (int)o,
+                                                      (long long)j, (long long)i);
+      if (fbits(a) != fbits(b))
+        fail_msg("order %d k %lld rows [%lld,%lld) tok [%lld,%lld): Y[%lld][%lld] ref %.9g simd %.9g", (int)o,
+                 (long long)k, (long long)i0, (long long)i1, (long long)j0, (long long)j1, (long long)j, (long long)i,
+                 a, b);
+    }
+  mole_aligned_free(W);
+  mole_aligned_free(X);
+  mole_aligned_free(Y0);
+  mole_aligned_free(Y1);
+}
+
+static void test_tile_twins(void **st) {
+  (void)st;
+  if (!have_simd()) skip();
+  uint64_t s = 23;
+  for (size_t oi = 0; oi < N_ORDERS; oi++) {
+    const qx_order o = k_orders[oi].o;
+    const quant_type t = k_orders[oi].t;
+    int64_t ks[16];
+    k_list(o, ks);
+    const int64_t k = ks[1];
+    check_tile(&s, o, t, k, 37, 3, 37, 9, 0, 9);  // 34 rows: partial 16/8/4-row tiles
+    check_tile(&s, o, t, k, 16, 0, 16, 4, 1, 4);  // exact tiles, a token offset
+    check_tile(&s, o, t, k, 5, 1, 2, 1, 0, 1);    // one output
+    check_tile(&s, o, t, ks[2], 21, 0, 21, 6, 2, 6);
+  }
+}
+
+// quant_exact_gemm: tokens split by order (q4_K: gemm tokens then gemv ones),
+// = per-token references
+static void test_gemm_split(void **st) {
+  (void)st;
+  uint64_t s = 5;
+  const struct {
+    quant_type t;
+    int64_t rows, n, k;
+    qx_op op;
+  } cases[] = {
+      {QT_Q4_K, 24, 7, 512, {24, false}}, {QT_Q4_K, 24, 6, 256, {24, true}}, {QT_Q4_K, 12, 5, 256, {12, false}},
+      {QT_Q4_0, 20, 5, 64, {20, false}},  {QT_BF16, 8, 5, 96, {8, false}},   {QT_BF16, 8, 1, 96, {8, false}},
+      {QT_F32, 9, 3, 80, {9, false}},     {QT_F16, 8, 4, 48, {8, true}},     {QT_Q6_K, 9, 3, 256, {0, false}},
+  };
+  for (int lvl = 0; lvl <= 2; lvl += 2) {
+    quant_force_isa(lvl);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+      const quant_type t = cases[c].t;
+      const int64_t rows = cases[c].rows, n = cases[c].n, k = cases[c].k;
+      const size_t wstride = quant_row_size(t, k), xstride = quant_row_size(vec_type(t), k);
+      char *W = xalloc(wstride * (size_t)rows), *X = xalloc(xstride * (size_t)n);
+      float *Y = xalloc(sizeof(float) * (size_t)(rows * n));
+      for (int64_t i = 0; i < rows; i++) gen_wrow(&s, t, k, W + (size_t)i * wstride);
+      gen_xrows(&s, t, k, n, X, xstride);
+      assert_true(quant_exact_gemm(t, &cases[c].op, W, wstride, X, xstride, Y, rows, 0, rows, n, k));
+      for (int64_t j = 0; j < n; j++)
+        for (int64_t i = 0; i < rows; i++) {
+          float r;
+          quant_exact_dot_ref(quant_exact_order(t, &cases[c].op, n, j, k), k, &r, W + (size_t)i * wstride,
+                              X + (size_t)j * xstride);
+          if (fbits(r) != fbits(Y[j * rows + i]))
+            fail_msg("case %zu isa %s: Y[%lld][%lld] %.9g vs ref %.9g", c, quant_isa_name(), (long long)j,
+                     (long long)i, Y[j * rows + i], r);
+        }
+      // per-type vec_dot: the one-token order (rows taken as a multiple of 8)
+      const qx_op one = {0, false};
+      for (int simd = 0; simd <= (have_simd() ? 1 : 0); simd++) {
+        float a, r;
+        quant_exact_vec_dot(t, simd)(k, &a, W, X);
+        quant_exact_dot_ref(quant_exact_order(t, &one, 1, 0, k), k, &r, W, X);
+        assert_int_equal(fbits(a), fbits(r));
+      }
+      mole_aligned_free(W);
+      mole_aligned_free(X);
+      mole_aligned_free(Y);
+    }
+  }
+  quant_force_isa(99);
+}
+
+// ---- golden: llama.cpp's outputs ------------------------------------------------------------------
+// Inputs from the generators above (seed 1000 + case index): weights
+// rows x k, then n activation rows of k floats converted with this build's
+// from_float. FNV-1a of the output bits, [token][row], as llama.cpp computed
+// them (ggml CPU backend, AVX-512 VNNI/BF16 build; f16 from a build without
+// AVX512-FP16, the one the conformance references come from).
+
+typedef struct {
+  quant_type t;
+  int64_t k, rows, n;
+  bool expert;
+  uint64_t hash;
+} golden_case;
+
+static const golden_case k_golden[] = {
+#include "test_quant_exact_golden.inc"
+};
+
+static uint64_t fnv(const float *y, int64_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t u = fbits(y[i]);
+    for (int b = 0; b < 4; b++) h = (h ^ ((u >> (8 * b)) & 0xff)) * 1099511628211ull;
+  }
+  return h;
+}
+
+static void test_golden(void **st) {
+  (void)st;
+  for (int lvl = 0; lvl <= 2; lvl += 2) {
+    quant_force_isa(lvl);
+    for (size_t c = 0; c < sizeof k_golden / sizeof k_golden[0]; c++) {
+      const golden_case *g = &k_golden[c];
+      uint64_t s = 1000 + c;
+      const size_t wstride = quant_row_size(g->t, g->k), xstride = quant_row_size(vec_type(g->t), g->k);
+      char *W = xalloc(wstride * (size_t)g->rows), *X = xalloc(xstride * (size_t)g->n);
+      float *f = xalloc(sizeof(float) * (size_t)g->k), *Y = xalloc(sizeof(float) * (size_t)(g->rows * g->n));
+      for (int64_t i = 0; i < g->rows; i++) gen_wrow(&s, g->t, g->k, W + (size_t)i * wstride);
+      for (int64_t j = 0; j < g->n; j++) {
+        for (int64_t i = 0; i < g->k; i++) f[i] = gen_act(&s);
+        quant_traits_of(vec_type(g->t))->from_float(f, X + (size_t)j * xstride, g->k);
+      }
+      const qx_op op = {g->rows, g->expert};
+      assert_true(quant_exact_gemm(g->t, &op, W, wstride, X, xstride, Y, g->rows, 0, g->rows, g->n, g->k));
+      for (int64_t e = 0; e < g->rows * g->n; e++) assert_true(isfinite(Y[e]));
+      const uint64_t h = fnv(Y, g->rows * g->n);
+      if (h != g->hash)
+        fail_msg("golden %zu (%s k %lld rows %lld n %lld %s) isa %s: hash %016llx, llama.cpp %016llx", c,
+                 quant_type_name(g->t), (long long)g->k, (long long)g->rows, (long long)g->n,
+                 g->expert ? "mul_mat_id" : "mul_mat", quant_isa_name(), (unsigned long long)h,
+                 (unsigned long long)g->hash);
+      mole_aligned_free(W);
+      mole_aligned_free(X);
+      mole_aligned_free(f);
+      mole_aligned_free(Y);
+    }
+  }
+  quant_force_isa(99);
+}
+
+int main(void) {
+  quant_init();
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_orders),     cmocka_unit_test(test_dot_twins), cmocka_unit_test(test_tile_twins),
+      cmocka_unit_test(test_gemm_split), cmocka_unit_test(test_golden),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
