@@ -37,6 +37,7 @@ run: deps
 bench: deps
 	@$(MAKE) --no-print-directory build
 	@bash bench/run.sh
+	@bash bench/offload.sh
 
 clean:
 	rm -rf build build-asan build-fuzz

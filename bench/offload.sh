@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Expert offloading benchmark (issue 4), in one run:
+#  - a Mixtral-shaped ~0.8B model in Q8_0 (803 MiB), packed with Q8_0 high and
+#    Q4_0 low copies;
+#  - raw O_DIRECT read bandwidth of the disk (dd), measured in the same run;
+#  - under cgroup v1 memory limits of 1/2 and 1/4 of the model's size:
+#    llama.cpp (when LLAMA_CPP_DIR is set) on the plain GGUF, and mole for each
+#    cache policy (high precision only, no prefetch), with prefetch, and the
+#    full HOBBIT configuration (policy hobbit + prefetch + mixed precision);
+#  - quality of mixed precision (KL divergence, top-1 agreement over
+#    KLD_POSITIONS generated positions) for several (T1, T2);
+#  - a table (bench/out/offload.tsv) and PNG plots (bench/out/*.png, gnuplot).
+# Needs root for the cgroups (without it, runs unconstrained and says so).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MOLE=${MOLE:-build/mole}
+THREADS=${THREADS:-2}
+NGEN=${NGEN:-32}
+KLD_POSITIONS=${KLD_POSITIONS:-2000}
+OUT=bench/out
+mkdir -p models/bench "$OUT"
+SRC=models/bench/mixtral-0.8b-q8_0.gguf
+PACKED=models/bench/mixtral-0.8b-q8_0-q4_0-packed.gguf
+[ -f "$SRC" ] || "$MOLE" synth --arch mixtral --embd 1024 --layers 8 --experts 8 --used 2 --ff 3584 --vocab 32000 \
+  --type q8_0 --seed 7 -o "$SRC" >&2
+[ -f "$PACKED" ] || "$MOLE" pack "$SRC" -o "$PACKED" --high q8_0 --low q4_0 -t "$THREADS" >&2
+SIZE=$(stat -c %s "$SRC")
+
+LLAMA_BENCH=""
+if [ -n "${LLAMA_CPP_DIR:-}" ]; then
+  for c in "$LLAMA_CPP_DIR/build/bin/llama-bench" "$LLAMA_CPP_DIR/bin/llama-bench"; do
+    [ -x "$c" ] && LLAMA_BENCH=$c && break
+  done
+fi
+
+CG_ROOT=/sys/fs/cgroup/memory
+CG=$CG_ROOT/mole-bench-$$
+use_cg=1
+if [ "$(id -u)" != 0 ] || [ ! -w "$CG_ROOT" ]; then
+  use_cg=0
+  echo "offload: no writable cgroup v1 memory controller: running WITHOUT memory limits" >&2
+fi
+cleanup() { [ -d "$CG" ] && { while read -r p; do echo "$p" >"$CG_ROOT/cgroup.procs"; done <"$CG/cgroup.procs"; rmdir "$CG"; } 2>/dev/null; true; }
+trap cleanup EXIT
+
+drop_cache() {  # the model must come from the disk, not from pages cached earlier
+  sync
+  [ "$(id -u)" = 0 ] && echo 1 >/proc/sys/vm/drop_caches 2>/dev/null || true
+}
+
+# in_cgroup LIMIT_BYTES cmd... : runs cmd in a fresh cgroup; its peak memory
+# and OOM kills go to $OUT/.cg (callers capture stdout in a subshell)
+in_cgroup() {
+  local limit=$1
+  shift
+  drop_cache
+  if [ $use_cg = 0 ]; then
+    echo "0 0" >"$OUT/.cg"
+    "$@"
+    return
+  fi
+  mkdir "$CG"
+  echo "$limit" >"$CG/memory.limit_in_bytes"
+  local rc=0
+  bash -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' _ "$CG" "$@" || rc=$?
+  echo "$(cat "$CG/memory.max_usage_in_bytes") $(awk '$1 == "oom_kill" {print $2}' "$CG/memory.oom_control")" >"$OUT/.cg"
+  rmdir "$CG"
+  return $rc
+}
+cg_result() { read -r PEAK OOM <"$OUT/.cg"; }
+
+RAW_GBS=$(dd if="$PACKED" of=/dev/null bs=16M count=48 iflag=direct 2>&1 | awk '/copied/ {printf "%.3f", $1 / $(NF-3) / 1e9}')
+echo "raw O_DIRECT read bandwidth: $RAW_GBS GB/s"
+
+TSV=$OUT/offload.tsv
+printf "limit_mib\tconfig\ttg_tps\thit_rate\tmib_per_token\tstall_gbps\tpeak_mib\toom\n" >"$TSV"
+row() { printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$@" >>"$TSV"; printf "%-6s %-26s %8s t/s  hit %-6s  %8s MiB/tok  stall %6s GB/s  peak %5s MiB  oom %s\n" "$@"; }
+
+mole_cfg() {  # mole_cfg LIMIT NAME flags...
+  local limit=$1 name=$2
+  shift 2
+  local j
+  j=$(in_cgroup "$limit" "$MOLE" bench -m "$PACKED" -p 0 -n "$NGEN" -r 1 -t "$THREADS" --json "$@") || { cg_result; row $((limit >> 20)) "$name" FAIL - - - $((PEAK >> 20)) "${OOM:-0}"; return; }
+  cg_result
+  echo "$j" >"$OUT/offload-$((limit >> 20))-$name.json"
+  read -r tps hit mpt sgb < <(python3 -c '
+import json,sys; d=json.loads(sys.argv[1]); o=d["offload"]
+print("%.2f"%d["tg_tps"], "%.3f"%o.get("hit_rate",1), "%.1f"%(o.get("bytes_per_token",0)/1048576), "%.2f"%o.get("stall_gbps",-1))' "$j")
+  row $((limit >> 20)) "$name" "$tps" "$hit" "$mpt" "$sgb" $((PEAK >> 20)) "${OOM:-0}"
+}
+
+MIXED="--t1 0.6 --t2 0.9"
+for frac in 2 4; do
+  LIMIT=$((SIZE / frac))
+  echo "== memory limit $((LIMIT >> 20)) MiB (1/$frac of the $((SIZE >> 20)) MiB model)"
+  if [ -n "$LLAMA_BENCH" ]; then
+    j=$(in_cgroup "$LIMIT" "$LLAMA_BENCH" -m "$SRC" -p 0 -n 16 -r 1 -t "$THREADS" -o json 2>/dev/null) || j="[]"
+    cg_result
+    tps=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("%.2f"%d[0]["avg_ts"] if d else "FAIL")' "$j")
+    row $((LIMIT >> 20)) llama.cpp "$tps" - - - $((PEAK >> 20)) "${OOM:-0}"
+  fi
+  for pol in lru lfu lhu fld hobbit; do mole_cfg "$LIMIT" "$pol" --cache-policy $pol --prefetch-depth 0; done
+  mole_cfg "$LIMIT" hobbit+prefetch --cache-policy hobbit --prefetch-depth -1
+  mole_cfg "$LIMIT" hobbit+prefetch+mixed --cache-policy hobbit --prefetch-depth -1 $MIXED
+done
+
+echo "== quality of mixed precision ($KLD_POSITIONS positions, against high precision)"
+KT=$OUT/offload-kld.tsv
+printf "t1\tt2\tkld_mean\ttop1\n" >"$KT"
+for tt in "1 1" "0.6 0.9" "0.6 1" "0.5 0.75" "0.5 0.5"; do
+  set -- $tt
+  j=$("$MOLE" kld -m "$PACKED" --expert-budget 0 --t1 "$1" --t2 "$2" -n "$KLD_POSITIONS" -t "$THREADS" --json)
+  python3 -c 'import json,sys; d=json.loads(sys.argv[3]); print("%s\t%s\t%.5f\t%.4f"%(sys.argv[1],sys.argv[2],d["kld_mean"],d["top1_agreement"]))' "$1" "$2" "$j" | tee -a "$KT"
+done
+
+python3 - "$TSV" "$RAW_GBS" <<'PY'
+import csv,sys
+rows=list(csv.DictReader(open(sys.argv[1]),delimiter="\t")); raw=float(sys.argv[2])
+for lim in sorted({r["limit_mib"] for r in rows}, key=int, reverse=True):
+    g={r["config"]:r for r in rows if r["limit_mib"]==lim}
+    f=lambda k: float(g[k]["tg_tps"]) if k in g and g[k]["tg_tps"] not in ("FAIL","-") else None
+    full,lru,ll=f("hobbit+prefetch+mixed"),f("lru"),f("llama.cpp")
+    print(f"limit {lim} MiB:", end=" ")
+    if full and ll: print(f"full HOBBIT / llama.cpp = {full/ll:.1f}x (target >= 10x);", end=" ")
+    if full and lru: print(f"full HOBBIT / high-only LRU = {full/lru:.2f}x (target >= 1.5x);", end=" ")
+    s=[float(r["stall_gbps"]) for r in g.values() if r["stall_gbps"] not in ("-","FAIL") and float(r["stall_gbps"])>0]
+    if s: print(f"disk while stalled: best {max(s):.2f} GB/s = {100*max(s)/raw:.0f}% of raw O_DIRECT {raw:.2f} GB/s (target >= 80%)", end="")
+    print()
+PY
+
+if command -v gnuplot >/dev/null; then
+  python3 - "$TSV" "$OUT" <<'PY'
+import csv,sys
+rows=list(csv.DictReader(open(sys.argv[1]),delimiter="\t")); out=sys.argv[2]
+cfgs=[c for c in dict.fromkeys(r["config"] for r in rows)]
+lims=sorted({int(r["limit_mib"]) for r in rows})
+with open(out+"/offload-tps.dat","w") as f:
+    f.write("limit "+" ".join('"%s"'%c for c in cfgs)+"\n")
+    for l in lims:
+        g={r["config"]:r for r in rows if int(r["limit_mib"])==l}
+        f.write(str(l)+" "+" ".join(g[c]["tg_tps"] if c in g and g[c]["tg_tps"] not in("FAIL","-") else "?" for c in cfgs)+"\n")
+for key,name in (("mib_per_token","bytes"),("hit_rate","hits")):
+    with open(out+"/offload-%s.dat"%name,"w") as f:
+        f.write("config "+" ".join('"%d MiB"'%l for l in lims)+"\n")
+        for c in cfgs:
+            if c=="llama.cpp": continue
+            f.write('"%s" '%c+" ".join(next((r[key] for r in rows if r["config"]==c and int(r["limit_mib"])==l),"?") for l in lims)+"\n")
+n=len(cfgs)
+open(out+"/offload.gp","w").write(f"""set terminal png size 900,540
+set datafile missing "?"
+set key outside right
+set output "{out}/offload-tps.png"
+set title "generation speed vs memory limit (log scale)"
+set xlabel "memory limit (MiB)"; set ylabel "tokens/s"; set logscale y
+plot for [i=2:{n+1}] "{out}/offload-tps.dat" using 1:i with linespoints title columnhead(i)
+unset logscale y
+set style data histograms; set style fill solid 0.8; set xtics rotate by -30
+set output "{out}/offload-bytes.png"
+set title "expert bytes read per token"; set xlabel ""; set ylabel "MiB / token"
+plot for [i=2:{len(lims)+1}] "{out}/offload-bytes.dat" using i:xtic(1) title columnhead(i)
+set output "{out}/offload-hits.png"
+set title "expert cache hit rate per configuration"; set ylabel "hit rate"; set yrange [0:1]
+plot for [i=2:{len(lims)+1}] "{out}/offload-hits.dat" using i:xtic(1) title columnhead(i)
+""")
+PY
+  gnuplot "$OUT/offload.gp" && echo "plots: $OUT/offload-tps.png $OUT/offload-bytes.png $OUT/offload-hits.png"
+fi
