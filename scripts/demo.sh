@@ -13,5 +13,5 @@ if [ ! -f "$MODEL" ]; then
     --vocab-from tests/data/conformance/tokenizer/ggml-vocab-llama-spm.gguf --seed 1 -o "$MODEL.tmp"
   mv "$MODEL.tmp" "$MODEL"
 fi
-echo "demo: $MOLE run -m $MODEL -p \"Once upon a time\" -n 64 --seed 1 --stats"
-"$MOLE" run -m "$MODEL" -p "Once upon a time" -n 64 --seed 1 --stats
+echo "demo: $MOLE run -m $MODEL -p \"Once upon a time\" -n 64 --seed 1 --expert-budget 50% --stats"
+"$MOLE" run -m "$MODEL" -p "Once upon a time" -n 64 --seed 1 --expert-budget 50% --stats
