@@ -243,7 +243,7 @@ static void convert_for(const mole_model *m, model_scratch *s, const model_tenso
 
 static ops_mm mm_of(const model_tensor *w, int64_t mat, const void *x, size_t xstride, int64_t n, float *y,
                     int64_t ldy) {
-  return (ops_mm){w, mat, x, xstride, n, y, ldy};
+  return (ops_mm){w, mat, x, xstride, n, y, ldy, false};
 }
 
 static void attention_block(mole_model *m, model_kv *kv, model_scratch *s, int64_t il, int64_t n, int64_t n_past) {
@@ -414,10 +414,12 @@ static mole_status moe_ffn(mole_model *m, model_scratch *s, int64_t il, int64_t 
   for (int64_t g = 0; g < G; g++) {
     if (!s->grp_cnt[g]) continue;
     const size_t o = (size_t)s->grp_off[g];
-    s->tasks[nt++] = mm_of(&s->views[g].gate, 0, (char *)s->xq + o * s->q_row, s->q_row, s->grp_cnt[g],
-                           s->ff_g + o * (size_t)F, F);
-    s->tasks[nt++] = mm_of(&s->views[g].up, 0, (char *)s->xq + o * s->q_row, s->q_row, s->grp_cnt[g],
-                           s->ff_u + o * (size_t)F, F);
+    s->tasks[nt] = mm_of(&s->views[g].gate, 0, (char *)s->xq + o * s->q_row, s->q_row, s->grp_cnt[g],
+                         s->ff_g + o * (size_t)F, F);
+    s->tasks[nt++].expert = true;
+    s->tasks[nt] = mm_of(&s->views[g].up, 0, (char *)s->xq + o * s->q_row, s->q_row, s->grp_cnt[g],
+                         s->ff_u + o * (size_t)F, F);
+    s->tasks[nt++].expert = true;
   }
   ops_mm_run(m->pool, s->tasks, nt);
   for (int64_t a = 0; a < n_slots; a++) ops_swiglu(s->ff_g + a * F, s->ff_g + a * F, s->ff_u + a * F, F);
@@ -427,8 +429,9 @@ static mole_status moe_ffn(mole_model *m, model_scratch *s, int64_t il, int64_t 
     const size_t o = (size_t)s->grp_off[g];
     convert_for(m, s, &s->views[g].down, s->ff_g + o * (size_t)F, F, s->grp_cnt[g], F,
                 (char *)s->hq + o * s->q_row);
-    s->tasks[nt++] = mm_of(&s->views[g].down, 0, (char *)s->hq + o * s->q_row, s->q_row, s->grp_cnt[g],
-                           s->ff_o + o * (size_t)E, E);
+    s->tasks[nt] = mm_of(&s->views[g].down, 0, (char *)s->hq + o * s->q_row, s->q_row, s->grp_cnt[g],
+                         s->ff_o + o * (size_t)E, E);
+    s->tasks[nt++].expert = true;
   }
   ops_mm_run(m->pool, s->tasks, nt);
   experts_layer_done(m->experts, il);

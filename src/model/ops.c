@@ -58,7 +58,8 @@ static void mm_worker(void *ctx, int ith, int nth) {
     mole_split(w->ne1, ith, nth, &r0, &r1);
     if (r0 >= r1) continue;
     const char *base = (const char *)w->data + (size_t)mm->mat * w->mat_bytes;
-    quant_gemm(w->type, base, w->row_bytes, mm->x, mm->xstride, mm->y, mm->ldy, r0, r1, mm->n_tok, w->ne0);
+    quant_gemm_op(w->type, base, w->row_bytes, mm->x, mm->xstride, mm->y, mm->ldy, r0, r1, mm->n_tok, w->ne0, w->ne1,
+                  mm->expert);
   }
 }
 

@@ -21,6 +21,8 @@ typedef struct ops_mm {
   int64_t n_tok;
   float *y;          // [n_tok][ldy]
   int64_t ldy;
+  bool expert;       // one expert's share of a routed (mul_mat_id) product: the
+                     // kernels follow llama.cpp's summation order for that op
 } ops_mm;
 
 // Runs all matmuls in one fork/join: every thread takes its slice of the
