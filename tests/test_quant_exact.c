@@ -251,6 +251,8 @@ static void test_tile_twins(void **st) {
     check_tile(&s, o, t, k, 5, 1, 2, 1, 0, 1);    // one output
     check_tile(&s, o, t, ks[2], 21, 0, 21, 6, 2, 6);
   }
+  // q8_0 with many tokens x blocks: per-token data computed in the loop, not cached
+  check_tile(&s, QX_Q8_0, QT_Q8_0, 32 * 131, 9, 0, 9, 60, 0, 60);
 }
 
 // quant_exact_gemm: tokens split by order (q4_K: gemm tokens then gemv ones),

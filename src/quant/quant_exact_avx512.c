@@ -5,15 +5,18 @@
 // float steps must follow llama.cpp: which partial sums are converted to
 // float, which fma / mul / add chain combines them, and the horizontal sums.
 //
-// Tiles (prefill and decode alike) pack a panel of weight rows once per call
-// (per-thread scratch) and run every token of the call against it:
-//  * q4_0 (one fma per block) and q4_K (repack orders): 16 rows, lane r of a
-//    register = row P(r) (a 4x4 transpose of 128-bit lanes), so a block's
-//    integer dot lands whole in one lane and one fma serves 16 outputs;
+// Tiles:
+//  * q4_0 (one fma per block) and q4_K (repack orders): 16 rows at a time,
+//    lane r of a register = row P(r) (a 4x4 transpose of 128-bit lanes), so
+//    a block's integer dot lands whole in one lane and one fma serves 16
+//    outputs; the codes are transposed into registers once per block and
+//    every token of the call runs against them (accumulators in scratch);
 //  * q8_0 (8 partial lanes per output): 8 rows as 4 pairs, a register holds
-//    the 8 lanes of two rows for one token;
-//  * q5_K, q6_K, q4_K without repack, and the float vec_dot orders: one
-//    output at a time; tinyBLAS orders: 4 rows x 4 tokens of accumulators.
+//    the 8 lanes of two rows for one token; up to 4 tokens straight from the
+//    rows, more against a panel packed once per call;
+//  * q5_K, q6_K, q4_K without repack: 4 rows interleaved per token;
+//    float vec_dot orders one output at a time; tinyBLAS orders 4 rows x 4
+//    tokens of accumulators, as tinyBLAS itself.
 #include <immintrin.h>
 #include <stddef.h>
 #include <string.h>
@@ -57,6 +60,17 @@ static inline int hsum_i32x8(__m256i v) {
 static inline __m256i nib32(const uint8_t *qs) {  // 16 bytes -> 32 codes 0..15, element order
   __m128i q = _mm_loadu_si128((const __m128i *)qs);
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(15));
+}
+
+// Rows streamed block by block in parallel are too many streams for the
+// hardware prefetcher: each row prefetches its own bytes QX_PF ahead, once per
+// line (the lines that start inside [lo, hi) of the row).
+#ifndef QX_PF
+#define QX_PF 8192
+#endif
+static inline __attribute__((always_inline)) void prefetch_rows(const uint8_t *const *p, int nr, size_t lo, size_t hi) {
+  for (size_t o = (lo + 63) & ~(size_t)63; o < hi; o += 64)
+    for (int r = 0; r < nr; r++) _mm_prefetch((const char *)p[r] + o + QX_PF, _MM_HINT_T0);
 }
 
 // ---- per-output kernels (the vec_dot orders, and the reference shapes) -------------------------
@@ -142,6 +156,7 @@ static inline __attribute__((always_inline)) void k8_rows(bool q5, const int R, 
     for (int s = 0; s < 8; s++) B[s] = x[b].bsums[2 * s] + x[b].bsums[2 * s + 1];
     const __m512i xv[4] = {_mm512_loadu_si512(x[b].qs), _mm512_loadu_si512(x[b].qs + 64),
                            _mm512_loadu_si512(x[b].qs + 128), _mm512_loadu_si512(x[b].qs + 192)};
+    prefetch_rows(w, R, (size_t)b * bsz, (size_t)(b + 1) * bsz);
     QX_UNROLL for (int r = 0; r < R; r++) {
       const uint8_t *wb = w[r] + (size_t)b * bsz;
       const uint8_t *qs, *qh = NULL, *sc12;
@@ -203,6 +218,7 @@ static inline __attribute__((always_inline)) void q6k_rows(const int R, int64_t 
     const __m512i xv[4] = {_mm512_loadu_si512(x[b].qs), _mm512_loadu_si512(x[b].qs + 64),
                            _mm512_loadu_si512(x[b].qs + 128), _mm512_loadu_si512(x[b].qs + 192)};
     const __m256i bs = _mm256_loadu_si256((const __m256i *)x[b].bsums);
+    prefetch_rows(vw, R, (size_t)b * sizeof(blk_q6_K), (size_t)(b + 1) * sizeof(blk_q6_K));
     QX_UNROLL for (int r = 0; r < R; r++) {
       const blk_q6_K *w = (const blk_q6_K *)vw[r] + b;
       // int8 scales in the low 16 bits of each lane (mul16)
@@ -407,14 +423,6 @@ static void rows16(const void *W, size_t wstride, int64_t r0, int64_t i1, const 
   for (int r = 0; r < 16; r++) p[r] = (const uint8_t *)W + (size_t)MOLE_MIN(r0 + r, i1 - 1) * wstride;
 }
 
-// Streaming a group of rows block by block touches as many lines per step as
-// there are rows, too many streams for the hardware prefetcher: while on block
-// b of a group, prefetch the slice of the next group's rows (contiguous when
-// the matrix is) that block b of that group will read.
-static inline void prefetch_next(const uint8_t *next, size_t bytes) {
-  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)next + o, _MM_HINT_T0);
-}
-
 // Offsets of the 16 rows' blocks from row 0's, lane L = row P(L), for gathers.
 static inline __m512i row_offsets16(const uint8_t *const *p) {
   int32_t o[16];
@@ -428,8 +436,8 @@ static inline __m512 gather_f16(const uint8_t *base, __m512i offs) {
   return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
 }
 
-// Per-call token data in scratch after `off` bytes: for q8_0 activations the
-// block scales as floats and -8 * the sum of the codes.
+// Per-call token data for q4_0 x q8_0: the activation block scales as floats
+// and -8 * the sums of the activation codes.
 typedef struct {
   float *dx;    // [nt][nb]
   int32_t *sx;  // [nt][nb]
@@ -469,7 +477,7 @@ static void tile_q4_0_c1(const void *W, size_t wstride, const void *X, size_t xs
       const size_t bo = (size_t)b * sizeof(blk_q4_0);
       const __m512 dw = dw_next;
       if (b + 1 < nb) dw_next = gather_f16(p[0] + bo + sizeof(blk_q4_0), offs);
-      prefetch_next(p[0] + 16 * wstride + (size_t)b * 16 * sizeof(blk_q4_0), 16 * sizeof(blk_q4_0));
+      prefetch_rows(p, 16, bo, bo + sizeof(blk_q4_0));
       __m512i T[4], V[8];
       tr16x4(p, bo + 2, T);
       QX_UNROLL for (int c = 0; c < 4; c++) {
@@ -512,7 +520,7 @@ static void tile_q4k_repack(bool v64, const void *W, size_t wstride, const void 
     for (int64_t j = 0; j < nt; j++) acc[j] = accm[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
       const size_t bo = (size_t)b * sizeof(blk_q4_K);
-      prefetch_next(p[0] + 16 * wstride + (size_t)b * 16 * sizeof(blk_q4_K), 16 * sizeof(blk_q4_K));
+      prefetch_rows(p, 16, bo, bo + sizeof(blk_q4_K));
       int32_t sc[8][16], mp[4][16];
       for (int L = 0; L < 16; L++) {
         uint64_t scw, mnw;
@@ -575,11 +583,23 @@ static void tile_q4k_repack(bool v64, const void *W, size_t wstride, const void 
 // block: 4 registers of unsigned codes [row 2q | row 2q+1], 8 row scales.
 enum { L8_PB = 4 * 64 + 64 };
 
+static void l8_aux(bool q4, const blk_q8_0 *x, int64_t nb, int32_t *aux) {
+  const __m256i off = q4 ? _mm256_set1_epi8(8) : _mm256_set1_epi8((char)0x80), z = _mm256_setzero_si256();
+  for (int64_t b = 0; b < nb; b++) {
+    __m256i c = _mm256_sub_epi32(z, _mm256_dpbusd_epi32(z, off, _mm256_loadu_si256((const __m256i *)x[b].qs)));
+    _mm256_store_si256((__m256i *)(aux + 40 * b), c);
+    const float d = h2f(x[b].d);
+    memcpy(aux + 40 * b + 8, &d, 4);
+  }
+}
+
 // One token group of up to 4 tokens straight from the rows (decode): the
 // codes of 8 rows as 4 pairs per block, the scales gathered a block ahead.
+// aux[t]: per block of token t, 40 int32: the 8 lane corrections -off * sum
+// of the token's bytes, its scale as a float, padding (l8_aux)
 static inline __attribute__((always_inline)) void l8_direct(bool q4, const int NT, const uint8_t *const *p,
-                                                            const blk_q8_0 *const *x, int64_t nb, size_t next_off,
-                                                            __m512 acc[4][4]) {
+                                                            const blk_q8_0 *const *x, const int32_t *const *aux,
+                                                            int64_t nb, __m512 acc[4][4]) {
   const size_t bsz = q4 ? sizeof(blk_q4_0) : sizeof(blk_q8_0);
   const __m512i off2 = q4 ? _mm512_set1_epi8(8) : _mm512_set1_epi8((char)0x80);
   int32_t o[8];
@@ -591,7 +611,7 @@ static inline __attribute__((always_inline)) void l8_direct(bool q4, const int N
     const __m256 dw = dw_next;
     if (b + 1 < nb)
       dw_next = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_i32gather_epi32((const int *)(p[0] + bo + bsz), offs, 1)));
-    prefetch_next(p[0] + next_off + (size_t)b * 8 * bsz, 8 * bsz);
+    prefetch_rows(p, 8, bo, bo + bsz);
     __m512i w[4];
     QX_UNROLL for (int q = 0; q < 4; q++) {
       if (q4) {
@@ -604,8 +624,8 @@ static inline __attribute__((always_inline)) void l8_direct(bool q4, const int N
     }
     QX_UNROLL for (int t = 0; t < NT; t++) {
       const __m512i xv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[t][b].qs));
-      const __m512i corr = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), off2, xv));
-      const __m512 d8 = _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_set1_ps(h2f(x[t][b].d))));
+      const __m512i corr = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(aux[t] + 40 * b)));
+      const __m512 d8 = _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_set1_ps(((const float *)aux[t])[40 * b + 8])));
       QX_UNROLL for (int q = 0; q < 4; q++) {
         __m512i is = _mm512_dpbusd_epi32(corr, w[q], xv);
         acc[q][t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pair_idx(2 * q, 2 * q + 1), d8), _mm512_cvtepi32_ps(is),
@@ -619,7 +639,14 @@ static void tile_l8(bool q4, const void *W, size_t wstride, const void *X, size_
                     int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k) {
   const int64_t nb = k / 32, nt = j1 - j0;
   const size_t bsz = q4 ? sizeof(blk_q4_0) : sizeof(blk_q8_0);
-  char *panel = quant_scratch((size_t)nb * L8_PB);
+  // the tokens' corrections and scales once per call when they fit in L2
+  const size_t aux_bytes = (size_t)nt * (size_t)nb * 40 * 4;
+  const bool have_aux = nt <= 4 || aux_bytes <= ((size_t)1 << 20);
+  char *panel = quant_scratch((size_t)nb * L8_PB + (have_aux ? aux_bytes : 0));
+  int32_t *l8x = (int32_t *)(panel + (size_t)nb * L8_PB);
+  if (have_aux)
+    for (int64_t t = 0; t < nt; t++)
+      l8_aux(q4, (const blk_q8_0 *)((const char *)X + (size_t)(j0 + t) * xstride), nb, l8x + (size_t)t * (size_t)nb * 40);
   const __m256i off = q4 ? _mm256_set1_epi8(8) : _mm256_set1_epi8((char)0x80);
   const __m512i off2 = _mm512_broadcast_i64x4(off);
   for (int64_t r0 = i0; r0 < i1; r0 += 8) {
@@ -629,15 +656,17 @@ static void tile_l8(bool q4, const void *W, size_t wstride, const void *X, size_
     if (nt <= 4) {  // decode: no panel
       __m512 acc[4][4];
       const blk_q8_0 *x[4];
+      const int32_t *aux[4];
       for (int t = 0; t < 4; t++) {
         x[t] = (const blk_q8_0 *)((const char *)X + (size_t)(j0 + MOLE_MIN(t, nt - 1)) * xstride);
+        aux[t] = l8x + (size_t)MOLE_MIN(t, nt - 1) * (size_t)nb * 40;
         for (int q = 0; q < 4; q++) acc[q][t] = _mm512_setzero_ps();
       }
       switch (nt) {
-        case 1: l8_direct(q4, 1, p, x, nb, 8 * wstride, acc); break;
-        case 2: l8_direct(q4, 2, p, x, nb, 8 * wstride, acc); break;
-        case 3: l8_direct(q4, 3, p, x, nb, 8 * wstride, acc); break;
-        default: l8_direct(q4, 4, p, x, nb, 8 * wstride, acc); break;
+        case 1: l8_direct(q4, 1, p, x, aux, nb, acc); break;
+        case 2: l8_direct(q4, 2, p, x, aux, nb, acc); break;
+        case 3: l8_direct(q4, 3, p, x, aux, nb, acc); break;
+        default: l8_direct(q4, 4, p, x, aux, nb, acc); break;
       }
       for (int t = 0; t < nt; t++) {
         float *y = Y + (j0 + t) * ldy + r0;
@@ -675,9 +704,16 @@ static void tile_l8(bool q4, const void *W, size_t wstride, const void *X, size_
         const __m256 dw = _mm256_load_ps((const float *)(pb + 256));
         QX_UNROLL for (int t = 0; t < 4; t++) {
           const __m512i xv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[t][b].qs));
-          const __m512i corr = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                                _mm512_dpbusd_epi32(_mm512_setzero_si512(), off2, xv));
-          const __m512 d8 = _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_set1_ps(h2f(x[t][b].d))));
+          __m512i corr;
+          __m512 d8;
+          if (have_aux) {
+            const int32_t *a = l8x + ((size_t)(j + MOLE_MIN(t, tn - 1)) * (size_t)nb + (size_t)b) * 40;
+            corr = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)a));
+            d8 = _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_set1_ps(((const float *)a)[8])));
+          } else {
+            corr = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), off2, xv));
+            d8 = _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_set1_ps(h2f(x[t][b].d))));
+          }
           QX_UNROLL for (int q = 0; q < 4; q++) {
             __m512i is = _mm512_dpbusd_epi32(corr, _mm512_load_si512(pb + 64 * q), xv);
             __m512 d = _mm512_permutexvar_ps(pair_idx(2 * q, 2 * q + 1), d8);
@@ -754,7 +790,6 @@ void quant_exact_tile_avx512(qx_order o, const void *W, size_t wstride, const vo
         for (; i + 4 <= i1; i += 4) {
           const uint8_t *w[4];
           for (int r = 0; r < 4; r++) w[r] = (const uint8_t *)W + (size_t)(i + r) * wstride;
-          if (j == j0) prefetch_next(w[0] + 4 * wstride, 4 * wstride);
           if (o == QX_Q6_K_K8)
             q6k_rows(4, k, w, x, &Y[j * ldy + i]);
           else if (o == QX_Q5_K_K8)
