@@ -19,8 +19,7 @@ struct model_scratch {
   float *att;         // [n_batch][n_head*head_dim_v]
   float *y;           // [n_batch][n_embd] block output
   float *sh;          // [n_batch][n_embd] shared expert output
-  float *scores;      // [nth][n_ctx] attention scores per thread
-  float *qrow;        // [nth][head_dim] query row per thread (rounded for f16 kv)
+  float *scores;      // [nth][n_ctx + 64] attention scores per thread (f32 cache)
   float *vacc;        // [nth][head_dim_v] value row as f32 per thread
   int64_t att_tb;     // tokens per attention block (f16 cache)
   float *att_s;       // [nth][att_tb*group][n_ctx] scores of a block (f16 cache)
@@ -67,8 +66,7 @@ mole_status model_scratch_new(const mole_model *m, int64_t n_batch, int64_t n_ct
   ALLOC(s->att, B * o_dim);
   ALLOC(s->y, B * hp->n_embd);
   ALLOC(s->sh, B * hp->n_embd);
-  ALLOC(s->scores, nth * n_ctx);
-  ALLOC(s->qrow, nth * hp->head_dim);
+  ALLOC(s->scores, nth * (n_ctx + 64));
   ALLOC(s->vacc, nth * hp->head_dim_v);
   const int64_t group = hp->n_head / hp->n_head_kv;
   s->att_tb = MOLE_MAX(64 / group, 1);
@@ -100,7 +98,7 @@ mole_status model_scratch_new(const mole_model *m, int64_t n_batch, int64_t n_ct
 
 void model_scratch_free(model_scratch *s) {
   if (!s) return;
-  void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->y, s->sh, s->scores, s->qrow, s->vacc, s->att_s, s->att_q, s->xq, s->hq,
+  void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->y, s->sh, s->scores, s->vacc, s->att_s, s->att_q, s->xq, s->hq,
                   s->ff_g, s->ff_u, s->ff_o, s->router, s->sel, s->selw, s->prec, s->grp_cnt, s->grp_off, s->views, s->slot_tok,
                   s->tok_slot, s->tasks};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mole_aligned_free(bufs[i]);
@@ -115,66 +113,52 @@ typedef struct {
   int64_t layer, n, n_past;
 } attn_job;
 
-// One (token, head) pair: softmax(q.K^T * scale, causal) . V
+// f32 cache, the reference mode: one (token, head) pair at a time,
+// softmax(q.K^T * scale, causal) . V in the order ggml's AVX-512 build uses,
+// so that logits match llama.cpp bit for bit there: the q.k dot of its
+// vec_dot_f32; the exponentials with its polynomial exp over positions padded
+// to 64, summed per block of 16 in its tree order and across blocks in double;
+// p.V per output element accumulated in 16 lanes by position (its tinyBLAS
+// gemm, batches) or in vec_dot_f32's 4x16 lanes (one token).
 static void attn_worker(void *ctx, int ith, int nth) {
   const attn_job *j = ctx;
   const model_hparams *hp = &j->m->hp;
   model_scratch *s = j->s;
   const int64_t hd = hp->head_dim, hdv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv;
-  const bool f16 = j->kv->type == QT_F16;
-  const quant_traits *f16t = quant_traits_of(QT_F16);
-  float *sc = s->scores + (size_t)ith * (size_t)s->n_ctx;
-  float *qr = s->qrow + (size_t)ith * (size_t)hd;
-  float *vr = s->vacc + (size_t)ith * (size_t)hdv;
-  uint16_t qh[1024];
-  MOLE_ASSERT(hd <= 1024);
+  const quant_traits *f32t = quant_traits_of(QT_F32);
+  float *sc = s->scores + (size_t)ith * (size_t)(s->n_ctx + 64);
   int64_t p0, p1;
   mole_split(j->n * hp->n_head, ith, nth, &p0, &p1);
   for (int64_t p = p0; p < p1; p++) {
     const int64_t t = p / hp->n_head, h = p % hp->n_head, g = h / group;
     const int64_t n_kv = j->n_past + t + 1;  // causal: positions 0..n_past+t
+    const int64_t np = (n_kv + 63) & ~(int64_t)63;
     const float *q = s->q + t * hp->n_head * hd + h * hd;
     float mx = -INFINITY;
-    if (f16) {
-      // like ggml: the query is rounded to f16 for the f16 dot product
-      f16t->from_float(q, qh, hd);
-      for (int64_t i = 0; i < n_kv; i++) {
-        const uint16_t *kr = (const uint16_t *)kv_k_row(j->kv, j->layer, i) + g * hd;
-        float d;
-        f16t->vec_dot(hd, &d, kr, qh);
-        sc[i] = d * hp->attn_scale;
-        mx = sc[i] > mx ? sc[i] : mx;
-      }
-    } else {
-      memcpy(qr, q, (size_t)hd * sizeof *qr);
-      for (int64_t i = 0; i < n_kv; i++) {
-        const float *kr = (const float *)kv_k_row(j->kv, j->layer, i) + g * hd;
-        float d = 0;
-        for (int64_t c = 0; c < hd; c++) d += qr[c] * kr[c];
-        sc[i] = d * hp->attn_scale;
-        mx = sc[i] > mx ? sc[i] : mx;
-      }
+    for (int64_t i = 0; i < n_kv; i++) {
+      float d;
+      f32t->vec_dot(hd, &d, (const float *)kv_k_row(j->kv, j->layer, i) + g * hd, q);
+      sc[i] = d * hp->attn_scale;
+      mx = sc[i] > mx ? sc[i] : mx;
     }
     double sum = 0;
-    for (int64_t i = 0; i < n_kv; i++) {
-      sc[i] = expf(sc[i] - mx);
-      sum += sc[i];
+    for (int64_t b0 = 0; b0 < np; b0 += 16) {
+      for (int64_t i = b0; i < b0 + 16; i++) sc[i] = i < n_kv ? ops_expf_poly_ref(sc[i] - mx) : 0.0f;
+      sum += (double)ops_hsum16(sc + b0);
     }
     const float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n_kv; i++) sc[i] *= inv;
     float *o = s->att + t * hp->n_head * hdv + h * hdv;
-    memset(o, 0, (size_t)hdv * sizeof *o);
-    for (int64_t i = 0; i < n_kv; i++) {
-      float w = sc[i] * inv;
-      const float *vv;
-      if (f16) {
-        // probabilities rounded to f16 as in ggml's f16 matmul with V
-        w = quant_f16_to_f32(quant_f32_to_f16(w));
-        f16t->to_float((const uint16_t *)kv_v_row(j->kv, j->layer, i) + g * hdv, vr, hdv);
-        vv = vr;
-      } else {
-        vv = (const float *)kv_v_row(j->kv, j->layer, i) + g * hdv;
+    for (int64_t c = 0; c < hdv; c++) {
+      float acc[4][16] = {{0}};
+      for (int64_t i = 0; i < n_kv; i++) {
+        const float v = ((const float *)kv_v_row(j->kv, j->layer, i))[g * hdv + c];
+        float *a = j->n >= 2 ? &acc[0][i % 16] : &acc[(i % 64) / 16][i % 16];
+        *a = fmaf(v, sc[i], *a);
       }
-      for (int64_t c = 0; c < hdv; c++) o[c] += w * vv[c];
+      if (j->n < 2)
+        for (int l = 0; l < 16; l++) acc[0][l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+      o[c] = ops_hsum16(acc[0]);
     }
   }
 }

@@ -33,14 +33,58 @@ void ops_rope(float *x, int64_t n_heads, int64_t head_dim, int64_t pos, const mo
       const int64_t a = hp->rope_neox ? i : 2 * i;
       const int64_t b = hp->rope_neox ? i + n_rot / 2 : 2 * i + 1;
       const float x0 = v[a], x1 = v[b];
-      v[a] = x0 * c - x1 * s;
-      v[b] = x0 * s + x1 * c;
+      if (!hp->rope_neox) {
+        // ggml's normal-mode rotation as its x86 build computes it (contracted)
+        const float p1 = x1 * s, p0 = x1 * c;
+        v[a] = fmaf(x0, c, -p1);
+        v[b] = fmaf(x0, s, p0);
+      } else {
+        v[a] = x0 * c - x1 * s;
+        v[b] = x0 * s + x1 * c;
+      }
     }
   }
 }
 
+// exp(x) as the polynomial ggml's SIMD paths use (ARM optimized-routines
+// style): x = n*ln2 + b, e^b by a degree-5 polynomial, scaled by 2^n.
+float ops_expf_poly_ref(float x) {
+  const float shift = 0x1.8p23f;
+  const float z = fmaf(x, 0x1.715476p+0f, shift);  // x / ln2, rounded to an integer in the low bits
+  const float n = z - shift;
+  const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));  // x - n*ln2 in two parts
+  const float u = b * b;
+  const float p = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                       fmaf(0x1.ffffecp-1f, b, 1.0f));
+  if (fabsf(n) > 192) return n <= 0 ? 0.0f : INFINITY;
+  return ldexpf(p, (int)n);
+}
+
+// Blocks of 16 use the polynomial exp (ggml's AVX-512 silu), the tail libm's expf.
+void ops_swiglu_ref(float *y, const float *g, const float *u, int64_t n) {
+  const int64_t nb = n & ~(int64_t)15;
+  for (int64_t i = 0; i < nb; i++) y[i] = (g[i] / (1.0f + ops_expf_poly_ref(0.0f - g[i]))) * u[i];
+  for (int64_t i = nb; i < n; i++) y[i] = (g[i] / (1.0f + expf(-g[i]))) * u[i];
+}
+
+static int g_ops_avx512 = -1;
+
 void ops_swiglu(float *y, const float *g, const float *u, int64_t n) {
+  if (g_ops_avx512 < 0)
+    g_ops_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  if (g_ops_avx512) {
+    ops_swiglu_avx512(y, g, u, n);
+    return;
+  }
+  // without AVX-512 the exact order is not reproduced anyway: the fast form
   for (int64_t i = 0; i < n; i++) y[i] = (g[i] / (1.0f + expf(-g[i]))) * u[i];
+}
+
+float ops_hsum16(const float *a) {
+  float t[8], r[4];
+  for (int i = 0; i < 8; i++) t[i] = a[i] + a[i + 8];
+  for (int i = 0; i < 4; i++) r[i] = t[i] + t[i + 4];
+  return (r[0] + r[2]) + (r[1] + r[3]);
 }
 
 typedef struct {

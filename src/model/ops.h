@@ -9,8 +9,14 @@
 void ops_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
 // RoPE in place on x [n_heads][head_dim] at position pos (first n_rot dims).
 void ops_rope(float *x, int64_t n_heads, int64_t head_dim, int64_t pos, const model_hparams *hp, const float *freqs);
-// y = silu(g) * u, n elements
+// y = silu(g) * u, n elements, bit-identical to ggml's AVX-512 build on
+// AVX-512 machines (polynomial exp on blocks of 16, libm expf on the tail).
 void ops_swiglu(float *y, const float *g, const float *u, int64_t n);
+void ops_swiglu_ref(float *y, const float *g, const float *u, int64_t n);
+void ops_swiglu_avx512(float *y, const float *g, const float *u, int64_t n);
+float ops_expf_poly_ref(float x);
+// Sum of 16 floats in the tree order of _mm512_reduce_add_ps.
+float ops_hsum16(const float *a);
 
 // One matmul: Y[j][i] = W[mat] row i . X row j, i over all rows of W.
 typedef struct ops_mm {
