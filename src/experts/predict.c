@@ -17,6 +17,7 @@
 
 #include "base/pool.h"
 #include "experts/experts_internal.h"
+#include "model/ops.h"
 #include "experts/trace.h"
 
 #define PF_USEFUL_MIN 0.5
@@ -100,17 +101,8 @@ void experts_predict(experts *x, int64_t layer, const float *h) {
     float wsum = 0, w[64];
     uint8_t prec[64];
     MOLE_ASSERT(K <= 64);
-    for (int64_t k = 0; k < K; k++) {
-      int32_t best = -1;
-      for (int64_t e = 0; e < X; e++) {
-        bool taken = false;
-        for (int64_t j = 0; j < k; j++) taken = taken || sel[j] == e;
-        if (!taken && (best < 0 || p[e] > p[best])) best = (int32_t)e;
-      }
-      sel[k] = best;
-      w[k] = p[best];
-      wsum += w[k];
-    }
+    ops_topk(p, X, K, sel, w);
+    for (int64_t k = 0; k < K; k++) wsum += w[k];
     x->pred_valid[target * EXPERTS_MAX_DEPTH + d - 1] = true;
     bool *unc = x->pred_uncached + (target * EXPERTS_MAX_DEPTH + d - 1) * K;
     const bool go = x->depth_cfg > 0 || x->pf_useful >= PF_USEFUL_MIN;

@@ -311,17 +311,7 @@ static void route(const model_hparams *hp, model_scratch *s, int64_t n) {
     for (int64_t e = 0; e < X; e++) p[e] *= inv;
     int32_t *sel = s->sel + t * K;
     float *w = s->selw + t * K;
-    // top-k by selection (k is small); ties keep the lower expert id
-    for (int64_t k = 0; k < K; k++) {
-      int32_t best = -1;
-      for (int64_t e = 0; e < X; e++) {
-        bool taken = false;
-        for (int64_t j = 0; j < k; j++) taken = taken || sel[j] == e;
-        if (!taken && (best < 0 || p[e] > p[best])) best = (int32_t)e;
-      }
-      sel[k] = best;
-      w[k] = p[best];
-    }
+    ops_topk(p, X, K, sel, w);
     if (hp->norm_topk) {
       float ws = 0;
       for (int64_t k = 0; k < K; k++) ws += w[k];

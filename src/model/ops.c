@@ -136,3 +136,16 @@ void ops_convert_rows(mole_pool *pool, quant_type vt, const float *x, int64_t ld
   else
     mole_pool_run(pool, cv_worker, &j);
 }
+
+void ops_topk(const float *p, int64_t n, int64_t k, int32_t *sel, float *w) {
+  for (int64_t j = 0; j < k; j++) {
+    int32_t best = -1;
+    for (int64_t e = 0; e < n; e++) {
+      bool taken = false;
+      for (int64_t i = 0; i < j; i++) taken = taken || sel[i] == e;
+      if (!taken && (best < 0 || p[e] > p[best])) best = (int32_t)e;
+    }
+    sel[j] = best;
+    w[j] = p[best];
+  }
+}

@@ -15,6 +15,9 @@ void ops_swiglu(float *y, const float *g, const float *u, int64_t n);
 void ops_swiglu_ref(float *y, const float *g, const float *u, int64_t n);
 void ops_swiglu_avx512(float *y, const float *g, const float *u, int64_t n);
 float ops_expf_poly_ref(float x);
+// The k largest of p[0..n) in descending order (ties: the lower index):
+// their indices into sel[k] and values into w[k]. k is small (selection).
+void ops_topk(const float *p, int64_t n, int64_t k, int32_t *sel, float *w);
 // Sum of 16 floats in the tree order of _mm512_reduce_add_ps.
 float ops_hsum16(const float *a);
 
