@@ -33,7 +33,7 @@ check synth-bad-arch 1 "not one of mixtral" -- "$M" synth --arch gpt5 -o "$T/x.g
 check synth-bad-type 2 "unknown type 'q3_q'" -- "$M" synth --type q3_q -o "$T/x.gguf"
 check chat-bad-template 2 "unknown template 'nope'" -- "$M" chat -m "$D/models/mixtral.gguf" --template nope
 check inspect-not-gguf 1 "magic" -- "$M" inspect "$D/refs/mixtral/ref.json"
-for c in run chat logits bench synth inspect tokenize; do check "help-$c" 0 "usage: mole $c" -- "$M" "$c" --help; done
+for c in run chat logits bench synth inspect tokenize kld pack cachesim; do check "help-$c" 0 "usage: mole $c" -- "$M" "$c" --help; done
 
 # logits: batch and one-by-one write [n][n_vocab] floats
 "$M" logits -m "$D/models/mixtral.gguf" --tokens 1,2,3 -o "$T/a.f32" --kv-type f32 || fails=$((fails + 1))
