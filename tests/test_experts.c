@@ -198,6 +198,53 @@ static void test_packed(void **state) {
   free(mixed);
 }
 
+
+// High and low copies share one budget: a budget of N high slots keeps N
+// high slots when low copies are in use, and a small mixed budget runs.
+static void test_shared_budget(void **state) {
+  (void)state;
+  mole_offload_params o = offload((int64_t)1 << 30);
+  o.t1 = 0;
+  o.t2 = 1;
+  experts_stats s;
+  float *lg = run_ok(g_packed, &o, &s);
+  const int64_t H = s.slot_bytes[0], L = s.slot_bytes[1];
+  assert_true(H > 0 && L > 0 && L < H);
+  free(lg);
+  const char *ios[] = {"uring", "pread"};
+  float *first = NULL;
+  for (int i = 0; i < 2; i++) {
+    // a layer's experts in both precisions: before, 8 slots of each
+    o = offload(8 * (H + L));
+    o.t1 = 0;
+    o.t2 = 1;
+    o.io = ios[i];
+    o.cache_policy = "hobbit";
+    lg = run_ok(g_packed, &o, &s);
+    assert_int_equal(s.slots[0], 8 * (H + L) / H);
+    assert_int_equal(s.slots[1], 8 * (H + L) / L);
+    assert_true(s.total.misses[0] > 0 && s.total.misses[1] > 0);
+    assert_true(s.resident_bytes <= 8 * (H + L));
+    double worst = 0;
+    for (size_t j = 0; j < (size_t)N_TOK * (size_t)g_vocab; j++) {
+      assert_true(isfinite(lg[j]));
+      worst = fmax(worst, fabs((double)lg[j] - (double)g_ref[j]));
+    }
+    assert_true(worst < 1.0);
+    // the same plan whichever way it reads
+    if (first) assert_memory_equal(first, lg, sizeof(float) * N_TOK * (size_t)g_vocab);
+    if (first) free(lg);
+    else first = lg;
+  }
+  free(first);
+  // t1 = t2 (no low copy requested): every byte for high copies
+  o = offload(8 * H);
+  o.t1 = o.t2 = 0.5f;
+  lg = run_ok(g_packed, &o, &s);
+  assert_int_equal(s.slots[0], 8);
+  free(lg);
+}
+
 static void test_low_falls_back_to_high(void **state) {
   (void)state;
   // a plain GGUF has no low copies: LOW plans become HIGH, logits unchanged
@@ -368,6 +415,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_budget_holds_all), cmocka_unit_test(test_disk_path),
       cmocka_unit_test(test_packed),           cmocka_unit_test(test_low_falls_back_to_high),
+      cmocka_unit_test(test_shared_budget),
       cmocka_unit_test(test_plan_prefers_cached_high), cmocka_unit_test(test_errors),
       cmocka_unit_test(test_trace_replay),     cmocka_unit_test(test_stats_text),
   };

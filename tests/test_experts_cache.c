@@ -214,8 +214,131 @@ static void test_split(void **state) {
   int64_t h, l;
   experts_cache_split(1000, 100, 50, false, &h, &l);
   assert_true(h == 10 && l == 0);
+  // one budget for both precisions: each pool may take all of it
   experts_cache_split(1000, 100, 50, true, &h, &l);
-  assert_true(h == 6 && l == 6);
+  assert_true(h == 10 && l == 20);
+}
+
+
+// A copy of (layer, e) in pool p brought in at a new step: victim, assign, READY.
+static int64_t load_at(experts_cache *c, int p, int64_t layer, int64_t e, int64_t n_high) {
+  experts_cache_begin_step(c, 1);
+  experts_cache_touch(c, layer, e, 1, n_high);
+  const int64_t s = experts_cache_victim(c, p, layer, false);
+  assert_true(s >= 0);
+  experts_cache_assign(c, p, s, layer, e);
+  c->slots[p][s].state = EXPERTS_SLOT_READY;
+  experts_cache_end_step(c);
+  return s;
+}
+
+static experts_cache make_shared(experts_policy pol) {
+  // 400 bytes: 4 high slots of 100 or 8 low slots of 50 over the same bytes
+  experts_cache c;
+  float w[4];
+  assert_int_equal(experts_policy_parse(experts_policy_name(pol), NULL, &pol, w), MOLE_OK);
+  int64_t h, l;
+  experts_cache_split(400, 100, 50, true, &h, &l);
+  assert_true(h == 4 && l == 8);
+  assert_int_equal(experts_cache_init(&c, 2, 8, h, l, pol, w), MOLE_OK);
+  experts_cache_share(&c, 400, 100, 50);
+  return c;
+}
+
+static void test_shared_high_only(void **state) {
+  (void)state;
+  // with no low copy requested the shared budget holds as many high copies
+  // as a high-only one, and evicts the same way
+  experts_cache c = make_shared(EXPERTS_POLICY_LRU), ref = make(2, 8, 4, EXPERTS_POLICY_LRU);
+  for (int64_t i = 0; i < 20; i++) {
+    const int64_t layer = i % 2, e = (i * 5) % 8;
+    if (experts_cache_find(&c, 0, layer, e) >= 0) {
+      assert_true(experts_cache_find(&ref, 0, layer, e) >= 0);
+      continue;
+    }
+    assert_true(experts_cache_find(&ref, 0, layer, e) < 0);
+    assert_int_equal(load_at(&c, 0, layer, e, 1), load_at(&ref, 0, layer, e, 1));
+  }
+  int64_t n = 0;
+  for (int64_t s = 0; s < c.n_slots[0]; s++) n += c.slots[0][s].state == EXPERTS_SLOT_READY;
+  assert_int_equal(n, 4);
+  for (int64_t s = 0; s < 4; s++) assert_int_equal(experts_cache_offset(&c, 0, s), s * 100);
+  experts_cache_free(&c);
+  experts_cache_free(&ref);
+}
+
+static void test_shared_mixed(void **state) {
+  (void)state;
+  experts_cache c = make_shared(EXPERTS_POLICY_LRU);
+  // four high copies fill the budget; expert 1 is the least recent
+  const int64_t order[4] = {1, 0, 2, 3};
+  for (int i = 0; i < 4; i++) assert_int_equal(load_at(&c, 0, 0, order[i], 1), i);
+  // a low copy evicts the least recent high copy (slot 0, bytes [0, 100)):
+  // low slots 7 and 6 lie there
+  const int64_t l1 = load_at(&c, 1, 1, 5, 0);
+  assert_true(l1 == 6 || l1 == 7);
+  assert_true(experts_cache_find(&c, 0, 0, 1) < 0);
+  for (int64_t e = 0; e < 4; e++) assert_true(e == 1 || experts_cache_find(&c, 0, 0, e) >= 0);
+  assert_true(experts_cache_offset(&c, 1, l1) >= 0 && experts_cache_offset(&c, 1, l1) + 50 <= 100);
+  // a second low copy takes the other half of those bytes: no eviction
+  const int64_t l2 = load_at(&c, 1, 1, 6, 0);
+  assert_true((l2 == 6 || l2 == 7) && l2 != l1);
+  for (int64_t e = 0; e < 4; e++) assert_true(e == 1 || experts_cache_find(&c, 0, 0, e) >= 0);
+  // a high copy: the least recent is now high expert 0 (slot 1), below both
+  // low copies; pinned, it is kept and the next least recent (expert 2) goes
+  c.slots[0][1].pinned = true;
+  experts_cache_begin_step(&c, 1);
+  assert_int_equal(experts_cache_victim(&c, 0, 0, false), 2);
+  experts_cache_end_step(&c);
+  c.slots[0][1].pinned = false;
+  // unpinned, high expert 0 goes; the low copies (more recent) stay
+  assert_int_equal(load_at(&c, 0, 1, 0, 1), 1);
+  assert_true(experts_cache_find(&c, 1, 1, 5) >= 0 && experts_cache_find(&c, 1, 1, 6) >= 0);
+  // later high copies evict by priority across precisions: the least recent
+  // high ones first (slots 2 and 3), then the two low copies, less recent
+  // than what is left, go together (high slot 0 holds both)
+  assert_int_equal(load_at(&c, 0, 1, 1, 1), 2);
+  assert_int_equal(load_at(&c, 0, 1, 2, 1), 3);
+  assert_true(experts_cache_find(&c, 1, 1, 5) >= 0 && experts_cache_find(&c, 1, 1, 6) >= 0);
+  assert_int_equal(load_at(&c, 0, 1, 3, 1), 0);
+  assert_true(experts_cache_find(&c, 1, 1, 5) < 0 && experts_cache_find(&c, 1, 1, 6) < 0);
+  for (int64_t e = 0; e < 4; e++) assert_true(experts_cache_find(&c, 0, 1, e) >= 0);
+  // a low copy being read blocks the high slot over it
+  const int64_t l3 = load_at(&c, 1, 1, 7, 0);
+  int64_t hs = experts_cache_offset(&c, 1, l3) / 100;
+  c.slots[1][l3].state = EXPERTS_SLOT_LOADING;
+  experts_cache_begin_step(&c, 1);
+  const int64_t v = experts_cache_victim(&c, 0, 0, false);
+  assert_true(v >= 0 && v != hs);
+  experts_cache_end_step(&c);
+  c.slots[1][l3].state = EXPERTS_SLOT_READY;
+  experts_cache_free(&c);
+}
+
+static void test_shared_hobbit_high_uses(void **state) {
+  (void)state;
+  // HOBBIT keeps counting high and low uses apart: of two copies alike but
+  // for their high-precision uses, the one used in low precision goes first
+  experts_cache c = make_shared(EXPERTS_POLICY_LHU);
+  assert_int_equal(load_at(&c, 0, 0, 0, 1), 0);
+  assert_int_equal(load_at(&c, 1, 0, 1, 0), 0);  // bytes [350, 400): over high slot 3
+  assert_int_equal(load_at(&c, 0, 0, 2, 1), 1);
+  assert_int_equal(load_at(&c, 0, 0, 3, 1), 2);
+  experts_cache_begin_step(&c, 1);
+  for (int64_t e = 0; e < 4; e++) experts_cache_touch(&c, 0, e, 1, e != 1);
+  assert_int_equal(experts_cache_victim(&c, 0, 0, false), 3);
+  experts_cache_assign(&c, 0, 3, 1, 0);
+  c.slots[0][3].state = EXPERTS_SLOT_READY;
+  assert_true(experts_cache_find(&c, 1, 0, 1) < 0);
+  assert_int_equal(c.slots[1][0].state, EXPERTS_SLOT_EMPTY);
+  experts_cache_end_step(&c);
+  // with every high slot full, a low copy evicts the fewest high uses: the
+  // newcomer (one use) under low slots 0 and 1
+  const int64_t l = load_at(&c, 1, 0, 5, 0);
+  assert_true(l == 0 || l == 1);
+  assert_true(experts_cache_find(&c, 0, 1, 0) < 0);
+  for (int64_t e = 0; e < 4; e++) assert_true(e == 1 || experts_cache_find(&c, 0, 0, e) >= 0);
+  experts_cache_free(&c);
 }
 
 static void test_parse_budget(void **state) {
@@ -316,7 +439,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_policy_parse), cmocka_unit_test(test_lru),   cmocka_unit_test(test_lfu),
       cmocka_unit_test(test_lhu),          cmocka_unit_test(test_fld),   cmocka_unit_test(test_hobbit),
-      cmocka_unit_test(test_pins),         cmocka_unit_test(test_split), cmocka_unit_test(test_parse_budget),
+      cmocka_unit_test(test_pins),         cmocka_unit_test(test_split), cmocka_unit_test(test_shared_high_only),
+      cmocka_unit_test(test_shared_mixed), cmocka_unit_test(test_shared_hobbit_high_uses), cmocka_unit_test(test_parse_budget),
       cmocka_unit_test(test_mem_probe),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

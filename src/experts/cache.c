@@ -93,18 +93,66 @@ double experts_cache_priority(const experts_cache *c, int64_t layer, int64_t e, 
          c->w[2] * (double)c->uses_high[k] / T + c->w[3] * (1.0 - dist);
 }
 
+void experts_cache_share(experts_cache *c, int64_t arena, int64_t size_high, int64_t size_low) {
+  MOLE_ASSERT(size_high > 0 && c->n_slots[0] * size_high <= arena);
+  MOLE_ASSERT(c->n_slots[1] == 0 || (size_low > 0 && c->n_slots[1] * size_low <= arena));
+  c->arena_bytes = arena;
+  c->slot_size[0] = size_high;
+  c->slot_size[1] = size_low;
+}
+
+// The slots of the other pool whose bytes overlap slot s of pool p: [*lo, *hi]
+// (empty when *lo > *hi).
+static void overlap_range(const experts_cache *c, int p, int64_t s, int64_t *lo, int64_t *hi) {
+  *lo = 0;
+  *hi = -1;
+  const int q = 1 - p;
+  if (!c->arena_bytes || c->n_slots[q] == 0) return;
+  const int64_t A = c->arena_bytes, H = c->slot_size[0], L = c->slot_size[1];
+  if (p == 0) {
+    // low slot t covers [A - (t+1)L, A - tL); high slot s covers [sH, sH + H)
+    const int64_t top = A - s * H, bottom = A - s * H - H;  // distances from the top
+    *lo = bottom > 0 ? bottom / L : 0;
+    *hi = (top + L - 1) / L - 1;
+  } else {
+    const int64_t b = A - (s + 1) * L, e = A - s * L;
+    *lo = b / H;
+    *hi = (e + H - 1) / H - 1;
+  }
+  *hi = MOLE_MIN(*hi, c->n_slots[q] - 1);
+}
+
 int64_t experts_cache_victim(const experts_cache *c, int p, int64_t layer_now, bool allow_soft) {
   int64_t best = -1;
   double best_pri = 0;
   int64_t best_r = 0;
   for (int64_t s = 0; s < c->n_slots[p]; s++) {
-    const experts_slot *sl = &c->slots[p][s];
-    if (sl->state == EXPERTS_SLOT_EMPTY) return s;
-    if (sl->state != EXPERTS_SLOT_READY || sl->pinned || (sl->soft && !allow_soft)) continue;
-    const double pri = experts_cache_priority(c, sl->layer, sl->expert, layer_now);
-    const int64_t r = c->last_use[sl->layer * c->n_expert + sl->expert];
-    // soft-pinned slots go last: any unpinned one is evicted first
-    const double key = pri + (sl->soft ? 16.0 : 0.0);
+    int64_t lo, hi;
+    overlap_range(c, p, s, &lo, &hi);
+    // the copies filling s would evict: s itself, then what overlaps it
+    bool ok = true, any = false;
+    double key = 0;
+    int64_t r = 0;
+    const int64_t n_over = hi >= lo ? hi - lo + 1 : 0;
+    for (int64_t j = 0; ok && j <= n_over; j++) {
+      const experts_slot *sl = j == 0 ? &c->slots[p][s] : &c->slots[1 - p][lo + j - 1];
+      if (sl->state == EXPERTS_SLOT_EMPTY) continue;
+      if (sl->state != EXPERTS_SLOT_READY || sl->pinned || (sl->soft && !allow_soft)) {
+        ok = false;
+        break;
+      }
+      const double pri = experts_cache_priority(c, sl->layer, sl->expert, layer_now);
+      const int64_t ri = c->last_use[sl->layer * c->n_expert + sl->expert];
+      // soft-pinned slots go last: any unpinned one is evicted first
+      const double k = pri + (sl->soft ? 16.0 : 0.0);
+      if (!any || k > key + 1e-12 || (fabs(k - key) <= 1e-12 && ri > r)) {
+        key = k;
+        r = ri;
+      }
+      any = true;
+    }
+    if (!ok) continue;
+    if (!any) return s;
     if (best < 0 || key < best_pri - 1e-12 || (fabs(key - best_pri) <= 1e-12 && r < best_r)) {
       best = s;
       best_pri = key;
@@ -119,6 +167,14 @@ void experts_cache_assign(experts_cache *c, int p, int64_t s, int64_t layer, int
   experts_slot *sl = &c->slots[p][s];
   MOLE_ASSERT(!sl->pinned && sl->state != EXPERTS_SLOT_LOADING && sl->io_pending == 0);
   MOLE_ASSERT(c->slot_of[p][layer * c->n_expert + e] < 0);
+  int64_t lo, hi;
+  overlap_range(c, p, s, &lo, &hi);
+  for (int64_t i = lo; i <= hi; i++) {
+    const experts_slot *o = &c->slots[1 - p][i];
+    if (o->state == EXPERTS_SLOT_EMPTY) continue;
+    MOLE_ASSERT(!o->pinned && o->state != EXPERTS_SLOT_LOADING && o->io_pending == 0);
+    experts_cache_drop(c, 1 - p, i);
+  }
   if (sl->soft) experts_cache_set_soft(c, p, s, false);
   if (sl->layer >= 0) c->slot_of[p][sl->layer * c->n_expert + sl->expert] = -1;
   *sl = (experts_slot){.layer = (int32_t)layer, .expert = (int32_t)e, .state = EXPERTS_SLOT_LOADING};
@@ -166,5 +222,6 @@ void experts_cache_split(int64_t budget, int64_t slot_high, int64_t slot_low, bo
     *n_low = 0;
     return;
   }
-  *n_high = *n_low = budget / (slot_high + slot_low);
+  *n_high = budget / slot_high;
+  *n_low = budget / slot_low;
 }

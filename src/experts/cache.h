@@ -2,13 +2,20 @@
 // one to evict. Pure bookkeeping, no I/O: the provider (experts.c) and the
 // offline simulator (trace.c, `mole cachesim`) drive the same code.
 //
-// The budget is split into two pools of fixed-size slots, one per precision
-// (high- and low-precision copies are accounted separately). Eviction takes
+// Each precision has its own table of fixed-size slots (high- and low-
+// precision copies are looked up and counted separately). With
+// experts_cache_share the two tables overlay ONE arena of bytes: high slot s
+// lies at s*size_high from the bottom, low slot t at (t+1)*size_low below the
+// top, so the budget goes to whichever precision is requested (a budget of N
+// high slots still holds N high copies when no low copy is requested) and a
+// slot is free only when every copy overlapping its bytes, in either
+// precision, is gone. Filling a slot evicts every copy it overlaps. Eviction takes
 // the lowest HOBBIT priority
 //   p = w_lru*R/T + w_lfu*F/T + w_lhu*H/T + w_fld*(1 - ((l_i - l_t + L) mod L)/L)
 // R: the token count when the expert was last used, F: tokens routed to it,
 // H: of those, in high precision, T: tokens of the sequence so far (this
 // step included), l_i: its layer, l_t: the layer being computed, L: layers.
+// A slot overlapping several copies costs the highest priority among them.
 // Ties go to the least recently used, then the lower slot. Hard-pinned slots
 // (in use by the current layer), slots being read and (unless asked) soft-
 // pinned ones (prefetched, not used yet) are never evicted.
@@ -60,11 +67,21 @@ typedef struct experts_cache {
   int64_t t;                // tokens of the sequence before this step
   int64_t t_now;            // T: tokens including the step being computed
   int64_t n_soft[2];        // soft-pinned slots per pool
+  // shared arena (experts_cache_share): 0 = the pools do not overlap
+  int64_t arena_bytes;
+  int64_t slot_size[2];
 } experts_cache;
 
 mole_status experts_cache_init(experts_cache *c, int64_t n_layer, int64_t n_expert, int64_t n_high, int64_t n_low,
                                experts_policy policy, const float w[4]);
 void experts_cache_free(experts_cache *c);
+// Makes both pools overlay one arena of `arena` bytes (see above); n_high *
+// size_high and n_low * size_low must each fit in it. Call before any assign.
+void experts_cache_share(experts_cache *c, int64_t arena, int64_t size_high, int64_t size_low);
+// Byte offset of slot s of pool p in the shared arena.
+static inline int64_t experts_cache_offset(const experts_cache *c, int p, int64_t s) {
+  return p ? c->arena_bytes - (s + 1) * c->slot_size[1] : s * c->slot_size[0];
+}
 
 // Slot of (layer, e) in pool p, or -1.
 static inline int64_t experts_cache_find(const experts_cache *c, int p, int64_t layer, int64_t e) {
@@ -74,7 +91,8 @@ double experts_cache_priority(const experts_cache *c, int64_t layer, int64_t e, 
 // The slot to fill next in pool p: an empty one, else the lowest-priority
 // evictable one (soft-pinned ones too when allow_soft); -1 when none.
 int64_t experts_cache_victim(const experts_cache *c, int p, int64_t layer_now, bool allow_soft);
-// Gives slot s of pool p to (layer, e) (forgetting what it held): LOADING.
+// Gives slot s of pool p to (layer, e) (forgetting what it held, and every
+// copy of the other pool its bytes overlap): LOADING.
 void experts_cache_assign(experts_cache *c, int p, int64_t s, int64_t layer, int64_t e);
 // Empties slot s (a failed read).
 void experts_cache_drop(experts_cache *c, int p, int64_t s);
@@ -88,8 +106,9 @@ void experts_cache_touch(experts_cache *c, int64_t layer, int64_t e, int64_t n_t
 // Forgets R, F, H and T (a new sequence); the cached copies stay.
 void experts_cache_reset_sequence(experts_cache *c);
 
-// Slots per pool for a budget: everything for high when low copies are not
-// in use; otherwise the same number of slots in each pool.
+// Slots per pool for a budget shared by both precisions: budget / slot_high
+// high slots, and budget / slot_low low slots when low copies are in use
+// (the two overlay the same bytes, experts_cache_share).
 void experts_cache_split(int64_t budget, int64_t slot_high, int64_t slot_low, bool low_in_use, int64_t *n_high,
                          int64_t *n_low);
 

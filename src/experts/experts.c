@@ -83,11 +83,19 @@ static mole_status open_tiered(experts *x) {
   const model_hparams *hp = &x->m->hp;
   const int64_t X = hp->n_expert, L = hp->n_layer, K = hp->n_expert_used;
   const experts_store *st = &x->store;
+  // slots start on read-aligned offsets (the sizes already are multiples)
+  const int64_t A_ = EXPERTS_IO_ALIGN;
+  const int64_t H = ((int64_t)st->slot_bytes[0] + A_ - 1) / A_ * A_, Lo = ((int64_t)st->slot_bytes[1] + A_ - 1) / A_ * A_;
+  // one arena for both precisions: never more than every expert in each takes
+  int64_t arena = x->budget / EXPERTS_IO_ALIGN * EXPERTS_IO_ALIGN;
+  arena = MOLE_MIN(arena, L * X * (H + (x->low_in_use ? Lo : 0)));
   int64_t n[2];
-  experts_cache_split(x->budget, (int64_t)st->slot_bytes[0], (int64_t)st->slot_bytes[1], x->low_in_use, &n[0], &n[1]);
+  experts_cache_split(arena, H, Lo, x->low_in_use, &n[0], &n[1]);
   for (int p = 0; p < 2; p++) n[p] = MOLE_MIN(n[p], L * X);
+  if (!x->low_in_use) arena = n[0] * H;
   char a[32], b[32], c[32], d[32];
-  if (n[0] < K || (x->low_in_use && n[1] < K)) {
+  // a layer of mixed requests pins K copies in either precision at once
+  if (n[0] < K || (x->low_in_use && x->budget / (H + Lo) < K)) {
     const double need = (double)K * (double)(st->slot_bytes[0] + (x->low_in_use ? st->slot_bytes[1] : 0));
     return mole_errorf(MOLE_ERR_ARG,
                        "--expert-budget %s is too small: a token pins %lld experts per layer at once, each %s in high "
@@ -99,15 +107,12 @@ static mole_status open_tiered(experts *x) {
   }
   mole_status s = experts_cache_init(&x->cache, L, X, n[0], n[1], x->policy, x->weights);
   if (s) return s;
-  for (int p = 0; p < 2; p++) {
-    if (!n[p]) continue;
-    x->arena[p] = mole_aligned_alloc(EXPERTS_IO_ALIGN, (size_t)n[p] * st->slot_bytes[p]);
-    if (!x->arena[p])
-      return mole_errorf(MOLE_ERR_NOMEM, "--expert-budget %s: cannot allocate %lld %s-precision slots of %s",
-                         experts_fmt_bytes(a, sizeof a, (double)x->budget), (long long)n[p], k_prec[p],
-                         experts_fmt_bytes(b, sizeof b, (double)st->slot_bytes[p]));
-    x->soft_cap[p] = n[p] / 2;
-  }
+  experts_cache_share(&x->cache, arena, H, Lo);
+  x->arena = mole_aligned_alloc(EXPERTS_IO_ALIGN, (size_t)arena);
+  if (!x->arena)
+    return mole_errorf(MOLE_ERR_NOMEM, "--expert-budget %s: cannot allocate the expert cache (%s)",
+                       experts_fmt_bytes(a, sizeof a, (double)x->budget), experts_fmt_bytes(b, sizeof b, (double)arena));
+  for (int p = 0; p < 2; p++) x->soft_cap[p] = n[p] / 2;
   x->max_io = 3 * (n[0] + n[1]) + 8;
   x->done = mole_calloc((size_t)x->max_io, sizeof *x->done);
   x->pins = mole_calloc((size_t)(2 * X), sizeof *x->pins);
@@ -180,7 +185,7 @@ void experts_close(experts *x) {
   if (x->trace) experts_trace_end(x->trace, x->m->offload.trace_routing);
   experts_predict_free(x);
   experts_cache_free(&x->cache);
-  for (int p = 0; p < 2; p++) mole_aligned_free(x->arena[p]);
+  mole_aligned_free(x->arena);
   experts_store_free(&x->store);
   mole_free(x->done);
   mole_free(x->pins);
@@ -211,7 +216,8 @@ mole_status experts_load(experts *x, int p, int64_t layer, int64_t e, int64_t la
   experts_cache *c = &x->cache;
   int64_t s = experts_cache_victim(c, p, layer_now, !soft);
   // every evictable slot is still being read (prefetches): wait for them to land
-  while (s < 0 && !soft && x->n_loading[p] > 0) {
+  // (in either precision: the pools share the arena)
+  while (s < 0 && !soft && x->n_loading[0] + x->n_loading[1] > 0) {
     const int64_t t0 = mole_time_us();
     experts_reap(x, true);
     x->step.stall_us += mole_time_us() - t0;
@@ -223,7 +229,7 @@ mole_status experts_load(experts *x, int p, int64_t layer, int64_t e, int64_t la
   experts_extent ext[3];
   size_t mb[3];
   const int n = experts_store_extents(&x->store, p, layer, e, ext, mb);
-  char *buf = x->arena[p] + (size_t)s * x->store.slot_bytes[p];
+  char *buf = x->arena + experts_cache_offset(c, p, s);
   int64_t bytes = 0;
   for (int i = 0; i < n; i++) {
     mole_status st = experts_io_read(x->io, buf + ext[i].buf_off, (size_t)ext[i].len, ext[i].file_off, (uint64_t)tag_of(p, s), soft);
@@ -271,9 +277,9 @@ static mole_status acquire(experts *x, int64_t layer, int64_t e, int p) {
     if (experts_load(x, p, layer, e, layer, false) != MOLE_OK) {
       char a[32], b[32], d[32];
       const experts_store *st = &x->store;
-      // the pools have equal slot counts when low copies are in use
-      const double need = x->low_in_use ? (double)MOLE_MAX(x->need[0], x->need[1]) * (double)(st->slot_bytes[0] + st->slot_bytes[1])
-                                        : (double)x->need[0] * (double)st->slot_bytes[0];
+      // both precisions share the budget
+      const double need = (double)x->need[0] * (double)st->slot_bytes[0] +
+                          (x->low_in_use ? (double)x->need[1] * (double)st->slot_bytes[1] : 0.0);
       return mole_errorf(MOLE_ERR_NOMEM,
                          "--expert-budget %s holds %lld %s-precision experts (%s each), but layer %lld needs %lld of them "
                          "pinned at once in this step; raise --expert-budget to at least %s or use a smaller batch (-b)",
@@ -382,7 +388,7 @@ mole_status experts_get(experts *x, int64_t layer, int32_t e, expert_prec p, exp
                          gguf_path(x->m->gguf), e, (long long)layer, k_prec[p], (unsigned long long)ext[0].file_off,
                          strerror(sl->io_err));
     const uint64_t off[3] = {mb[0], mb[1], mb[2]};
-    experts_store_views(st, p, layer, x->arena[p] + (size_t)s * st->slot_bytes[p], off, v);
+    experts_store_views(st, p, layer, x->arena + experts_cache_offset(c, p, s), off, v);
   }
   out->gate = v[0];
   out->up = v[1];

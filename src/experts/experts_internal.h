@@ -22,7 +22,7 @@ struct experts {
   int64_t budget;
   experts_cache cache;
   experts_io *io;
-  char *arena[2];              // [slots[p]][slot_bytes[p]]
+  char *arena;                 // both pools' slots (experts_cache_offset)
   int64_t *pins;               // [2*n_expert] slots pinned by the current layer: p*2^32 + slot
   int64_t n_pins;
   int64_t soft_cap[2];         // most slots prefetches may hold per pool

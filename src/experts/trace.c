@@ -212,15 +212,20 @@ mole_status experts_cachesim(const char *path, const experts_sim_params *p, expe
       out->budget = p->budget > 0 ? p->budget
                                   : (int64_t)(p->budget_frac * (double)(h->n_layer * h->n_expert) *
                                               (double)(h->slot_bytes[0] + (h->low_in_use ? h->slot_bytes[1] : 0)));
-      experts_cache_split(out->budget, h->slot_bytes[0], h->slot_bytes[1], h->low_in_use, &out->slots[0], &out->slots[1]);
-      for (int q = 0; q < 2; q++) out->slots[q] = MOLE_MIN(out->slots[q], h->n_layer * h->n_expert);
-      if (out->slots[0] < h->n_used || (h->low_in_use && out->slots[1] < h->n_used)) {
+      // the same shared arena as the provider (experts.c open_tiered)
+      const int64_t LX = h->n_layer * h->n_expert, lo_b = h->low_in_use ? h->slot_bytes[1] : 0;
+      int64_t arena = MOLE_MIN(out->budget, LX * (h->slot_bytes[0] + lo_b));
+      experts_cache_split(arena, h->slot_bytes[0], h->slot_bytes[1], h->low_in_use, &out->slots[0], &out->slots[1]);
+      for (int q = 0; q < 2; q++) out->slots[q] = MOLE_MIN(out->slots[q], LX);
+      if (!h->low_in_use) arena = out->slots[0] * h->slot_bytes[0];
+      if (out->slots[0] < h->n_used || (h->low_in_use && out->budget / (h->slot_bytes[0] + lo_b) < h->n_used)) {
         st = mole_errorf(MOLE_ERR_ARG, "--budget %lld bytes holds %lld high-precision slots of %lld bytes; a token needs %lld",
                          (long long)out->budget, (long long)out->slots[0], (long long)h->slot_bytes[0], (long long)h->n_used);
         break;
       }
       if ((st = experts_cache_init(&s.c, h->n_layer, h->n_expert, out->slots[0], out->slots[1], p->policy, p->weights)))
         break;
+      if (out->slots[0] > 0) experts_cache_share(&s.c, arena, h->slot_bytes[0], h->slot_bytes[1]);
       s.soft_cap[0] = out->slots[0] / 2;
       s.soft_cap[1] = out->slots[1] / 2;
       s.req = mole_calloc((size_t)(2 * h->n_expert), sizeof *s.req);
