@@ -1,5 +1,5 @@
 // Model loading: unknown architectures, missing tensors, wrong shapes and
-// unimplemented RoPE scaling are clear errors; synth models of every
+// unsupported RoPE scaling are clear errors; synth models of every
 // architecture load and run; decode equals prefill.
 #include <math.h>
 #include <stdio.h>

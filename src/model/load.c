@@ -116,13 +116,13 @@ static mole_status load_rope(loader *L, model_hparams *hp) {
   } else if (strcmp(stype, "linear") == 0) {
     if (factor != 0) hp->rope_freq_scale = (float)(1.0 / factor);
   } else {
-    return mole_errorf(MOLE_ERR_UNSUPPORTED, "%s: %s = '%s': this RoPE scaling is not implemented (only none/linear)",
+    return mole_errorf(MOLE_ERR_UNSUPPORTED, "%s: %s = '%s': mole supports only none and linear RoPE scaling",
                        L->path, key, stype);
   }
   double attn_factor = 1.0;
   TRY(get_float(L, "rope.scaling.attn_factor", false, 1.0, &attn_factor));
   if (attn_factor != 1.0)
-    return mole_errorf(MOLE_ERR_UNSUPPORTED, "%s: %s.rope.scaling.attn_factor = %g is not implemented", L->path,
+    return mole_errorf(MOLE_ERR_UNSUPPORTED, "%s: %s.rope.scaling.attn_factor = %g is not supported (only 1)", L->path,
                        L->arch, attn_factor);
   double base;
   TRY(get_float(L, "rope.freq_base", false, 10000.0, &base));
