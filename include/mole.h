@@ -30,6 +30,8 @@ const char *mole_last_error(void);
 // ---- model ----------------------------------------------------------------
 typedef struct mole_model mole_model;
 
+typedef enum { MOLE_KV_F16 = 0, MOLE_KV_F32 = 1 } mole_kv_type;
+
 // Expert offloading (HOBBIT): where expert weights live and how they move.
 typedef struct mole_offload_params {
   int64_t expert_budget;       // RAM for experts in bytes; 0 = all resident (mmap); -1 = auto (default:
@@ -41,6 +43,10 @@ typedef struct mole_offload_params {
   float t1, t2;                // precision thresholds; 1, 1 = every chosen expert in high precision
   int prefetch_depth;          // layers predicted ahead; -1 = adaptive (default), 0 = off
   const char *trace_routing;   // write the routing trace here (NULL = none)
+  // The sessions the auto budget leaves room for (KV cache and scratch), as
+  // in mole_session_params: 0 = the same defaults (min(train ctx, 4096), 512).
+  int64_t session_ctx, session_batch;
+  mole_kv_type session_kv_type;
 } mole_offload_params;
 
 typedef struct mole_model_params {
@@ -67,8 +73,6 @@ void mole_model_print_stats_json(const mole_model *m, FILE *f);
 
 // ---- session (one sequence, its KV cache and scratch) -------------------
 typedef struct mole_session mole_session;
-
-typedef enum { MOLE_KV_F16 = 0, MOLE_KV_F32 = 1 } mole_kv_type;
 
 typedef struct mole_session_params {
   int64_t n_ctx;         // KV capacity in tokens; 0 = min(train ctx, 4096)

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
+#include "model/model.h"
 #include "model/synth.h"
 #include "mole.h"
 #include "testutil.h"
@@ -122,6 +123,15 @@ static void test_synth_archs(void **state) {
     mole_model *m;
     if (mole_model_load(p, NULL, &m)) fail_msg("load synth %s: %s", archs[a % 5], mole_last_error());
     assert_string_equal(mole_model_arch(m), !strcmp(archs[a % 5], "mixtral") ? "llama" : archs[a % 5]);
+    // the auto expert budget's estimate of a session's scratch is what it takes
+    for (int64_t b = 1; b <= 512; b *= 8) {
+      const size_t before = mole_mem_current();
+      model_scratch *sc;
+      assert_int_equal(model_scratch_new(m, b, 300, &sc), MOLE_OK);
+      const int64_t used = (int64_t)(mole_mem_current() - before), est = model_scratch_bytes(m, b, 300);
+      if (used < est || used > est + 128 * 64) fail_msg("scratch of %lld tokens: %lld bytes, estimated %lld", (long long)b, (long long)used, (long long)est);
+      model_scratch_free(sc);
+    }
     mole_session_params spp = mole_session_default_params();
     spp.kv_type = MOLE_KV_F32;
     mole_session *s;

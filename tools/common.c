@@ -214,6 +214,9 @@ int cli_open(const cli_model_opts *o, mole_model **m, mole_session **s) {
   if (o->has_t2 && !o->has_t1 && off->t1 > off->t2) off->t1 = off->t2;
   if (o->has_prefetch) off->prefetch_depth = o->prefetch_depth;
   if (o->trace_routing) off->trace_routing = o->trace_routing;
+  off->session_ctx = o->ctx;  // so `auto` leaves room for this session
+  off->session_batch = o->batch;
+  off->session_kv_type = o->kv_type;
   mole_status st = mole_model_load(o->model, &mp, m);
   if (st) return cli_error("load", st);
   mole_session_params sp = mole_session_default_params();

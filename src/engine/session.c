@@ -102,9 +102,8 @@ mole_status mole_session_new(mole_model *m, const mole_session_params *params, m
     return mole_errorf(MOLE_ERR_ARG, "batch size %lld is out of range 1..65536", (long long)p.n_batch);
   if (p.kv_type != MOLE_KV_F16 && p.kv_type != MOLE_KV_F32)
     return mole_errorf(MOLE_ERR_ARG, "kv type %d: expected f16 or f32", (int)p.kv_type);
-  int64_t n_ctx = p.n_ctx ? p.n_ctx : MOLE_MIN(m->hp.n_ctx_train, 4096);
-  int64_t n_batch = p.n_batch ? p.n_batch : 512;
-  if (n_batch > n_ctx) n_batch = n_ctx;
+  int64_t n_ctx = p.n_ctx, n_batch = p.n_batch;
+  model_session_shape(m, &n_ctx, &n_batch);
   mole_session *s = mole_calloc(1, sizeof *s);
   if (!s) return mole_errorf(MOLE_ERR_NOMEM, "session: out of memory");
   s->m = m;

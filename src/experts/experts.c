@@ -24,17 +24,18 @@ bool experts_has_low(const experts *x) { return x->store.has_low; }
 
 // ---- opening --------------------------------------------------------------------
 // Memory the rest of the process needs besides the experts and the weights
-// mapped from the file: a KV cache at the default context, the scratch of a
-// default batch, the predictor's routers, and a margin for code and stacks.
+// mapped from the file: the KV cache and scratch of a session of the shape
+// the caller said it will use (--ctx, --batch, --kv-type), the predictor's
+// routers, and a margin for code, stacks and the allocator.
 static int64_t headroom_bytes(const mole_model *m) {
   const model_hparams *hp = &m->hp;
-  const int64_t ctx = MOLE_MIN(hp->n_ctx_train, 4096), B = 512;
-  const int64_t kv = hp->n_layer * ctx * hp->n_head_kv * (hp->head_dim + hp->head_dim_v) * 2;
-  const int64_t wide = MOLE_MAX(MOLE_MAX(hp->n_embd, hp->n_ff_exp), hp->n_ff);
-  const int64_t scratch = B * (8 * hp->n_embd + 3 * hp->n_expert_used * wide + hp->n_expert) * 4 +
-                          2 * B * hp->n_expert_used * (wide * 4 + 64);
+  const mole_offload_params *o = &m->offload;
+  int64_t ctx = o->session_ctx, batch = o->session_batch;
+  model_session_shape(m, &ctx, &batch);
+  const int64_t kv_elt = o->session_kv_type == MOLE_KV_F32 ? 4 : 2;
+  const int64_t kv = hp->n_layer * ctx * hp->n_head_kv * (hp->head_dim + hp->head_dim_v) * kv_elt;
   const int64_t routers = hp->n_layer * hp->n_expert * hp->n_embd * 4;
-  return kv + scratch + routers + ((int64_t)32 << 20);
+  return kv + model_scratch_bytes(m, batch, ctx) + routers + ((int64_t)32 << 20);
 }
 
 // Picks resident or tiered and the budget from --expert-budget.

@@ -41,56 +41,94 @@ struct model_scratch {
   ops_mm *tasks;      // [2*n_expert + 4]
 };
 
-mole_status model_scratch_new(const mole_model *m, int64_t n_batch, int64_t n_ctx, model_scratch **out) {
-  *out = NULL;
+void model_session_shape(const mole_model *m, int64_t *n_ctx, int64_t *n_batch) {
+  if (*n_ctx <= 0) *n_ctx = MOLE_MIN(m->hp.n_ctx_train, 4096);
+  if (*n_batch <= 0) *n_batch = 512;
+  if (*n_batch > *n_ctx) *n_batch = *n_ctx;
+}
+
+// The scratch's buffers: one walk over them either allocates (s != NULL) or
+// only adds up their bytes, so the size estimate cannot drift from the code.
+static bool scratch_walk(const mole_model *m, int64_t n_batch, int64_t n_ctx, model_scratch *s, int64_t *bytes) {
   const model_hparams *hp = &m->hp;
-  model_scratch *s = mole_calloc(1, sizeof *s);
-  if (!s) return mole_errorf(MOLE_ERR_NOMEM, "scratch: out of memory");
   const int nth = m->n_threads;
-  s->n_batch = n_batch;
-  s->n_ctx = n_ctx;
-  s->n_assign_max = n_batch * MOLE_MAX(hp->n_expert_used, 1);
-  s->ff_max = MOLE_MAX(MOLE_MAX(hp->n_ff, hp->n_ff_exp), hp->n_ff_shexp);
-  int64_t kmax = MOLE_MAX(MOLE_MAX(hp->n_embd, s->ff_max), hp->n_head * hp->head_dim_v);
-  s->q_row = (size_t)kmax * 4 + 64;  // f32 is the widest activation type
+  const int64_t ff_max = MOLE_MAX(MOLE_MAX(hp->n_ff, hp->n_ff_exp), hp->n_ff_shexp);
+  const int64_t kmax = MOLE_MAX(MOLE_MAX(hp->n_embd, ff_max), hp->n_head * hp->head_dim_v);
+  const size_t q_row = (size_t)kmax * 4 + 64;  // f32 is the widest activation type
   const int64_t q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim,
                 v_dim = hp->n_head_kv * hp->head_dim_v, o_dim = hp->n_head * hp->head_dim_v;
-  const int64_t B = n_batch, A = s->n_assign_max, X = MOLE_MAX(hp->n_expert, 1), U = MOLE_MAX(hp->n_expert_used, 1);
+  const int64_t X = MOLE_MAX(hp->n_expert, 1), U = MOLE_MAX(hp->n_expert_used, 1);
+  const int64_t B = n_batch, A = n_batch * U;
+  const int64_t group = hp->n_head / hp->n_head_kv, att_tb = MOLE_MAX(64 / group, 1);
+  model_scratch dummy;
+  model_scratch *t = s ? s : &dummy;
+  if (s) {
+    s->n_batch = n_batch;
+    s->n_ctx = n_ctx;
+    s->n_assign_max = A;
+    s->ff_max = ff_max;
+    s->q_row = q_row;
+    s->att_tb = att_tb;
+  }
+  int64_t sum = 0;
   bool ok = true;
-#define ALLOC(p, n) ok = ok && ((p) = mole_aligned_alloc(64, (size_t)(n) * sizeof *(p))) != NULL
-  ALLOC(s->x, B * hp->n_embd);
-  ALLOC(s->xn, B * hp->n_embd);
-  ALLOC(s->q, B * q_dim);
-  ALLOC(s->k, B * kv_dim);
-  ALLOC(s->v, B * v_dim);
-  ALLOC(s->att, B * o_dim);
-  ALLOC(s->y, B * hp->n_embd);
-  ALLOC(s->sh, B * hp->n_embd);
-  ALLOC(s->scores, nth * (n_ctx + 64));
-  ALLOC(s->vacc, nth * hp->head_dim_v);
-  const int64_t group = hp->n_head / hp->n_head_kv;
-  s->att_tb = MOLE_MAX(64 / group, 1);
-  ALLOC(s->att_s, nth * s->att_tb * group * n_ctx);
-  ALLOC(s->att_q, nth * s->att_tb * group * hp->head_dim);
-  ok = ok && (s->xq = mole_aligned_alloc(64, (size_t)A * s->q_row)) != NULL;
-  ok = ok && (s->hq = mole_aligned_alloc(64, (size_t)A * s->q_row)) != NULL;
-  ALLOC(s->ff_g, A * s->ff_max);
-  ALLOC(s->ff_u, A * s->ff_max);
-  ALLOC(s->ff_o, A * hp->n_embd);
-  ALLOC(s->router, B * X);
-  ALLOC(s->sel, B * U);
-  ALLOC(s->selw, B * U);
-  ALLOC(s->prec, B * U);
-  ALLOC(s->grp_cnt, 2 * X);
-  ALLOC(s->grp_off, 2 * X);
-  ALLOC(s->views, 2 * X);
-  ALLOC(s->slot_tok, A);
-  ALLOC(s->tok_slot, B * U);
-  ALLOC(s->tasks, 4 * X + 4);
+#define ALLOC(p, n)                                                                      \
+  do {                                                                                   \
+    const size_t nb_ = (size_t)(n) * sizeof *(t->p);                                     \
+    sum += (int64_t)nb_;                                                                 \
+    if (s) ok = ok && (s->p = mole_aligned_alloc(64, nb_)) != NULL;                      \
+  } while (0)
+#define ALLOC_BYTES(p, nb)                                                               \
+  do {                                                                                   \
+    sum += (int64_t)(nb);                                                                \
+    if (s) ok = ok && (s->p = mole_aligned_alloc(64, (size_t)(nb))) != NULL;             \
+  } while (0)
+  ALLOC(x, B * hp->n_embd);
+  ALLOC(xn, B * hp->n_embd);
+  ALLOC(q, B * q_dim);
+  ALLOC(k, B * kv_dim);
+  ALLOC(v, B * v_dim);
+  ALLOC(att, B * o_dim);
+  ALLOC(y, B * hp->n_embd);
+  ALLOC(sh, B * hp->n_embd);
+  ALLOC(scores, nth * (n_ctx + 64));
+  ALLOC(vacc, nth * hp->head_dim_v);
+  ALLOC(att_s, nth * att_tb * group * n_ctx);
+  ALLOC(att_q, nth * att_tb * group * hp->head_dim);
+  ALLOC_BYTES(xq, (size_t)A * q_row);
+  ALLOC_BYTES(hq, (size_t)A * q_row);
+  ALLOC(ff_g, A * ff_max);
+  ALLOC(ff_u, A * ff_max);
+  ALLOC(ff_o, A * hp->n_embd);
+  ALLOC(router, B * X);
+  ALLOC(sel, B * U);
+  ALLOC(selw, B * U);
+  ALLOC(prec, B * U);
+  ALLOC(grp_cnt, 2 * X);
+  ALLOC(grp_off, 2 * X);
+  ALLOC(views, 2 * X);
+  ALLOC(slot_tok, A);
+  ALLOC(tok_slot, B * U);
+  ALLOC(tasks, 4 * X + 4);
 #undef ALLOC
-  if (!ok) {
+#undef ALLOC_BYTES
+  if (bytes) *bytes = sum;
+  return ok;
+}
+
+int64_t model_scratch_bytes(const mole_model *m, int64_t n_batch, int64_t n_ctx) {
+  int64_t b = 0;
+  scratch_walk(m, n_batch, n_ctx, NULL, &b);
+  return b;
+}
+
+mole_status model_scratch_new(const mole_model *m, int64_t n_batch, int64_t n_ctx, model_scratch **out) {
+  *out = NULL;
+  model_scratch *s = mole_calloc(1, sizeof *s);
+  if (!s) return mole_errorf(MOLE_ERR_NOMEM, "scratch: out of memory");
+  if (!scratch_walk(m, n_batch, n_ctx, s, NULL)) {
     model_scratch_free(s);
-    return mole_errorf(MOLE_ERR_NOMEM, "scratch: cannot allocate buffers for a batch of %lld tokens", (long long)B);
+    return mole_errorf(MOLE_ERR_NOMEM, "scratch: cannot allocate buffers for a batch of %lld tokens", (long long)n_batch);
   }
   *out = s;
   return MOLE_OK;

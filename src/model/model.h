@@ -100,6 +100,11 @@ typedef struct model_scratch model_scratch;
 // Scratch for up to n_batch tokens, sized once (no allocation per step).
 mole_status model_scratch_new(const mole_model *m, int64_t n_batch, int64_t n_ctx, model_scratch **out);
 void model_scratch_free(model_scratch *s);
+// What model_scratch_new allocates for that shape, in bytes.
+int64_t model_scratch_bytes(const mole_model *m, int64_t n_batch, int64_t n_ctx);
+// A session's context and prefill chunk with the defaults filled in (<= 0:
+// min(train ctx, 4096) and 512; the chunk never exceeds the context).
+void model_session_shape(const mole_model *m, int64_t *n_ctx, int64_t *n_batch);
 
 // Runs n tokens at positions n_past.. (n <= n_batch), appending to kv.
 // logits: [n][n_vocab] when all_logits, else [n_vocab] for the last token; may be NULL.
