@@ -369,7 +369,6 @@ static mole_status moe_ffn(mole_model *m, model_scratch *s, int64_t il, int64_t 
   const model_hparams *hp = &m->hp;
   const model_layer *ly = &m->layers[il];
   const int64_t E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, F = hp->n_ff_exp, G = 2 * X;
-  if (m->router_hook) m->router_hook(m->router_hook_ctx, m, il, s->xn, n);
   // router logits [n][X]
   convert_for(m, s, &ly->gate_inp, s->xn, E, n, E, s->xq);
   ops_mm tr = mm_of(&ly->gate_inp, 0, s->xq, s->q_row, n, s->router, X);

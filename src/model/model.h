@@ -86,10 +86,6 @@ struct mole_model {
   int n_threads;
   mole_offload_params offload;
   struct experts *experts;  // expert provider (experts/experts.h); NULL for dense models
-  // Calibration (synth.c): sees each MoE layer's router input [n][n_embd]
-  // before routing, and may point the layer's gate_inp at new weights.
-  void (*router_hook)(void *ctx, struct mole_model *m, int64_t layer, const float *xn, int64_t n);
-  void *router_hook_ctx;
 };
 
 const char *model_arch_name(model_arch a);
