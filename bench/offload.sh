@@ -15,12 +15,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 MOLE=${MOLE:-build/mole}
 THREADS=${THREADS:-2}
-NGEN=${NGEN:-32}
+NGEN=${NGEN:-128}
 KLD_POSITIONS=${KLD_POSITIONS:-2000}
 OUT=bench/out
-mkdir -p models/bench "$OUT"
-SRC=models/bench/mixtral-0.8b-q8_0.gguf
-PACKED=models/bench/mixtral-0.8b-q8_0-q4_0-packed.gguf
+# the models depend on synth's revision (r2: larger token embeddings, see synth.c)
+MODELS=models/bench/synth-r2
+mkdir -p "$MODELS" "$OUT"
+SRC=$MODELS/mixtral-0.8b-q8_0.gguf
+PACKED=$MODELS/mixtral-0.8b-q8_0-q4_0-packed.gguf
 [ -f "$SRC" ] || "$MOLE" synth --arch mixtral --embd 1024 --layers 8 --experts 8 --used 2 --ff 3584 --vocab 32000 \
   --type q8_0 --seed 7 -o "$SRC" >&2
 [ -f "$PACKED" ] || "$MOLE" pack "$SRC" -o "$PACKED" --high q8_0 --low q4_0 -t "$THREADS" >&2
@@ -101,6 +103,7 @@ for frac in 2 4; do
   fi
   for pol in lru lfu lhu fld hobbit; do mole_cfg "$LIMIT" "$pol" --cache-policy $pol --prefetch-depth 0; done
   mole_cfg "$LIMIT" hobbit+prefetch --cache-policy hobbit --prefetch-depth -1
+  mole_cfg "$LIMIT" hobbit+mixed --cache-policy hobbit --prefetch-depth 0 $MIXED
   mole_cfg "$LIMIT" hobbit+prefetch+mixed --cache-policy hobbit --prefetch-depth -1 $MIXED
 done
 

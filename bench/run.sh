@@ -10,7 +10,9 @@ THREADS=${THREADS:-2}
 TYPES=${TYPES:-"q4_0 q8_0"}
 PP=${PP:-128}
 TG=${TG:-64}
-mkdir -p models/bench bench/out
+# the models depend on synth's revision (r2: larger token embeddings, see synth.c)
+MODELS=models/bench/synth-r2
+mkdir -p "$MODELS" bench/out
 LLAMA_BENCH=""
 if [ -n "${LLAMA_CPP_DIR:-}" ]; then
   for c in "$LLAMA_CPP_DIR/build/bin/llama-bench" "$LLAMA_CPP_DIR/bin/llama-bench" "$LLAMA_CPP_DIR/llama-bench"; do
@@ -22,7 +24,7 @@ BW=$(build/bench/membw "$THREADS" 1024)
 echo "memory read bandwidth ($THREADS threads): $BW GB/s"
 printf "%-6s %10s %10s %8s | %10s %10s %8s | %8s %8s\n" type "mole pp" "llama pp" ratio "mole tg" "llama tg" ratio "floor" "%floor"
 for t in $TYPES; do
-  M=models/bench/mixtral-0.8b-$t.gguf
+  M=$MODELS/mixtral-0.8b-$t.gguf
   if [ ! -f "$M" ]; then
     "$MOLE" synth --arch mixtral --embd 1024 --layers 8 --experts 8 --used 2 --ff 3584 --vocab 32000 \
       --type "$t" --seed 7 -o "$M.tmp" >&2
