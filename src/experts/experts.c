@@ -69,12 +69,18 @@ static mole_status choose_budget(experts *x) {
   mole_log(MOLE_LOG_INFO, "auto expert budget: %s (%s available per %s; non-expert weights %s, headroom %s)",
            experts_fmt_bytes(a, sizeof a, (double)x->budget), experts_fmt_bytes(b, sizeof b, (double)mi.available),
            mi.source, experts_fmt_bytes(c, sizeof c, (double)non_expert), experts_fmt_bytes(d, sizeof d, (double)head));
-  // below one layer's experts the run could not proceed: take that and say so
-  const int64_t floor = x->m->hp.n_expert * ((int64_t)st->slot_bytes[0] + (x->low_in_use ? (int64_t)st->slot_bytes[1] : 0));
+  // below what a decode step pins at once (n_expert_used experts in each
+  // precision in use; open_tiered rejects less) the run could not proceed:
+  // take that and say so. A prompt batch needing more of a layer at once is
+  // computed in waves (moe_ffn releases computed groups).
+  const int64_t A_ = EXPERTS_IO_ALIGN;
+  const int64_t H = ((int64_t)st->slot_bytes[0] + A_ - 1) / A_ * A_, Lo = ((int64_t)st->slot_bytes[1] + A_ - 1) / A_ * A_;
+  const int64_t floor = x->m->hp.n_expert_used * (H + (x->low_in_use ? Lo : 0));
   if (x->budget < floor) {
-    mole_log(MOLE_LOG_WARN, "only %s is left for experts under %s; using one layer's worth (%s)",
+    mole_log(MOLE_LOG_WARN, "only %s is left for experts under %s; using the least a token needs (%s: %lld experts%s)",
              experts_fmt_bytes(a, sizeof a, (double)MOLE_MAX(x->budget, 0)), mi.source,
-             experts_fmt_bytes(b, sizeof b, (double)floor));
+             experts_fmt_bytes(b, sizeof b, (double)floor), (long long)x->m->hp.n_expert_used,
+             x->low_in_use ? " in each precision" : "");
     x->budget = floor;
   }
   return MOLE_OK;
@@ -117,7 +123,8 @@ static mole_status open_tiered(experts *x) {
   x->max_io = 3 * (n[0] + n[1]) + 8;
   x->done = mole_calloc((size_t)x->max_io, sizeof *x->done);
   x->pins = mole_calloc((size_t)(2 * X), sizeof *x->pins);
-  if (!x->done || !x->pins) return mole_errorf(MOLE_ERR_NOMEM, "experts: out of memory");
+  x->gstate = mole_calloc((size_t)(2 * X), sizeof *x->gstate);
+  if (!x->done || !x->pins || !x->gstate) return mole_errorf(MOLE_ERR_NOMEM, "experts: out of memory");
   if ((s = experts_io_open(gguf_path(x->m->gguf), x->m->offload.io, x->max_io, &x->io))) return s;
   return MOLE_OK;
 }
@@ -144,6 +151,7 @@ mole_status experts_open(mole_model *m, experts **out) {
   x->t1 = o->t1;
   x->t2 = o->t2;
   x->depth_cfg = o->prefetch_depth;
+  x->layer_now = -1;
   mole_status st = experts_policy_parse(o->cache_policy, o->cache_weights, &x->policy, x->weights);
   if (st) {
     mole_error_prefix(st, "%s", o->cache_weights[0] || o->cache_weights[1] || o->cache_weights[2] || o->cache_weights[3]
@@ -190,6 +198,7 @@ void experts_close(experts *x) {
   experts_store_free(&x->store);
   mole_free(x->done);
   mole_free(x->pins);
+  mole_free(x->gstate);
   mole_free(x->tok_cnt);
   mole_free(x->high_cnt);
   mole_free(x->grp);
@@ -213,12 +222,24 @@ void experts_reap(experts *x, bool wait) {
   }
 }
 
+// Whether a slot is being read that will be evictable once it lands (not
+// hard-pinned: a prefetch); waiting for a pinned one frees nothing.
+static bool loading_unpinned(const experts *x) {
+  if (x->n_loading[0] + x->n_loading[1] == 0) return false;
+  for (int p = 0; p < 2; p++)
+    for (int64_t s = 0; s < x->cache.n_slots[p]; s++) {
+      const experts_slot *sl = &x->cache.slots[p][s];
+      if (sl->state == EXPERTS_SLOT_LOADING && !sl->pinned) return true;
+    }
+  return false;
+}
+
 mole_status experts_load(experts *x, int p, int64_t layer, int64_t e, int64_t layer_now, bool soft) {
   experts_cache *c = &x->cache;
   int64_t s = experts_cache_victim(c, p, layer_now, !soft);
   // every evictable slot is still being read (prefetches): wait for them to land
   // (in either precision: the pools share the arena)
-  while (s < 0 && !soft && x->n_loading[0] + x->n_loading[1] > 0) {
+  while (s < 0 && !soft && loading_unpinned(x)) {
     const int64_t t0 = mole_time_us();
     experts_reap(x, true);
     x->step.stall_us += mole_time_us() - t0;
@@ -253,7 +274,8 @@ mole_status experts_load(experts *x, int p, int64_t layer, int64_t e, int64_t la
 }
 
 // Makes (layer, e) in precision p resident or on its way, pinned until
-// experts_layer_done.
+// experts_release or experts_layer_done. MOLE_ERR_NOMEM (no message: see
+// no_slot_error) when no slot can be freed.
 static mole_status acquire(experts *x, int64_t layer, int64_t e, int p) {
   experts_cache *c = &x->cache;
   int64_t s = experts_cache_find(c, p, layer, e);
@@ -267,7 +289,10 @@ static mole_status acquire(experts *x, int64_t layer, int64_t e, int p) {
   if (s >= 0) {
     experts_slot *sl = &c->slots[p][s];
     if (sl->state == EXPERTS_SLOT_LOADING) experts_io_promote(x->io, (uint64_t)tag_of(p, s));  // a prefetch now needed
-    if (sl->pinned) return MOLE_OK;
+    if (sl->pinned) {
+      if (layer == x->layer_now) x->gstate[2 * e + p] = GRP_PINNED;
+      return MOLE_OK;
+    }
     x->step.hits[p]++;
     if (sl->prefetched) {
       x->step.prefetch_hits[p]++;
@@ -275,25 +300,36 @@ static mole_status acquire(experts *x, int64_t layer, int64_t e, int p) {
     }
     experts_cache_set_soft(c, p, s, false);
   } else {
-    if (experts_load(x, p, layer, e, layer, false) != MOLE_OK) {
-      char a[32], b[32], d[32];
-      const experts_store *st = &x->store;
-      // both precisions share the budget
-      const double need = (double)x->need[0] * (double)st->slot_bytes[0] +
-                          (x->low_in_use ? (double)x->need[1] * (double)st->slot_bytes[1] : 0.0);
-      return mole_errorf(MOLE_ERR_NOMEM,
-                         "--expert-budget %s holds %lld %s-precision experts (%s each), but layer %lld needs %lld of them "
-                         "pinned at once in this step; raise --expert-budget to at least %s or use a smaller batch (-b)",
-                         experts_fmt_bytes(a, sizeof a, (double)x->budget), (long long)c->n_slots[p], k_prec[p],
-                         experts_fmt_bytes(b, sizeof b, (double)st->slot_bytes[p]), (long long)layer,
-                         (long long)x->need[p], experts_fmt_bytes(d, sizeof d, need > 0 ? need : (double)st->slot_bytes[p]));
-    }
+    if (experts_load(x, p, layer, e, layer, false) != MOLE_OK) return MOLE_ERR_NOMEM;
     s = experts_cache_find(c, p, layer, e);
   }
   c->slots[p][s].pinned = true;
   MOLE_ASSERT(x->n_pins < 2 * c->n_expert);
   x->pins[x->n_pins++] = tag_of(p, s);
+  if (layer == x->layer_now) x->gstate[2 * e + p] = GRP_PINNED;
   return MOLE_OK;
+}
+
+// The error of an acquire that found no slot.
+static mole_status no_slot_error(experts *x, int64_t layer, int64_t e, int p) {
+  char a[32], b[32], d[32];
+  const experts_store *st = &x->store;
+  const int64_t K = x->m->hp.n_expert_used;
+  if (x->n_pins > 0)
+    return mole_errorf(MOLE_ERR_NOMEM,
+                       "--expert-budget %s holds %lld %s-precision experts (%s each) and %lld of layer %lld's are pinned: "
+                       "no slot for expert %lld until computed ones are released",
+                       experts_fmt_bytes(a, sizeof a, (double)x->budget), (long long)x->cache.n_slots[p], k_prec[p],
+                       experts_fmt_bytes(b, sizeof b, (double)st->slot_bytes[p]), (long long)x->n_pins,
+                       (long long)layer, (long long)e);
+  const double need = (double)K * (double)(st->slot_bytes[0] + (x->low_in_use ? st->slot_bytes[1] : 0));
+  return mole_errorf(MOLE_ERR_NOMEM,
+                     "--expert-budget %s holds %lld %s-precision experts (%s each), but no slot could be freed for "
+                     "expert %lld of layer %lld even with nothing of the layer pinned; raise --expert-budget to at "
+                     "least %s",
+                     experts_fmt_bytes(a, sizeof a, (double)x->budget), (long long)x->cache.n_slots[p], k_prec[p],
+                     experts_fmt_bytes(b, sizeof b, (double)st->slot_bytes[p]), (long long)e, (long long)layer,
+                     experts_fmt_bytes(d, sizeof d, need));
 }
 
 // ---- the interface ---------------------------------------------------------------------
@@ -343,16 +379,39 @@ void experts_plan(experts *x, int64_t layer, int64_t n, int64_t k, const int32_t
     for (int64_t g = 0; g < 2 * X; g++) x->step.hits[g % 2] += x->grp[g] > 0;
     return;
   }
-  x->need[0] = x->need[1] = 0;
-  for (int64_t g = 0; g < 2 * X; g++) x->need[g % 2] += x->grp[g] > 0;
+  x->layer_now = layer;
+  x->refill = false;
+  for (int64_t g = 0; g < 2 * X; g++) x->gstate[g] = x->grp[g] ? GRP_WAITING_SLOT : GRP_NONE;
   for (int64_t e = 0; e < X; e++)
     if (x->tok_cnt[e]) experts_cache_touch(&x->cache, layer, e, x->tok_cnt[e], x->high_cnt[e]);
-  // start every read this layer needs before waiting for any; a failure is
-  // reported by experts_get, which tries again
+  // start every read this layer needs (that slots can be had for) before
+  // waiting for any; the groups without a slot keep GRP_WAITING_SLOT
   for (int64_t g = 0; g < 2 * X; g++)
     if (x->grp[g]) (void)acquire(x, layer, g / 2, (int)(g % 2));
   experts_prefetch_start(x, layer);
   experts_io_submit(x->io);
+}
+
+// Slots were released: start the reads of the planned groups still without
+// one, in group order, as far as slots can be had.
+static void refill(experts *x) {
+  x->refill = false;
+  bool started = false;
+  for (int64_t g = 0; g < 2 * x->m->hp.n_expert; g++)
+    if (x->gstate[g] == GRP_WAITING_SLOT) started |= acquire(x, x->layer_now, g / 2, (int)(g % 2)) == MOLE_OK;
+  if (started) experts_io_submit(x->io);
+}
+
+experts_avail experts_ready(experts *x, int64_t layer, int32_t e, expert_prec p) {
+  MOLE_ASSERT(p == EXPERT_HIGH || p == EXPERT_LOW);
+  if (!x->tiered) return EXPERTS_READY;
+  if (layer == x->layer_now && x->refill) refill(x);
+  experts_cache *c = &x->cache;
+  const int64_t s = experts_cache_find(c, p, layer, e);
+  if (s < 0 || !c->slots[p][s].pinned) return EXPERTS_NO_SLOT;
+  const experts_slot *sl = &c->slots[p][s];
+  if (sl->state == EXPERTS_SLOT_LOADING) experts_reap(x, false);
+  return sl->state == EXPERTS_SLOT_LOADING ? EXPERTS_LOADING : EXPERTS_READY;
 }
 
 mole_status experts_get(experts *x, int64_t layer, int32_t e, expert_prec p, expert_view *out) {
@@ -367,8 +426,7 @@ mole_status experts_get(experts *x, int64_t layer, int32_t e, expert_prec p, exp
     experts_cache *c = &x->cache;
     int64_t s = experts_cache_find(c, p, layer, e);
     if (s < 0 || !c->slots[p][s].pinned) {
-      mole_status r = acquire(x, layer, e, p);
-      if (r) return r;
+      if (acquire(x, layer, e, p) != MOLE_OK) return no_slot_error(x, layer, e, p);
       experts_io_submit(x->io);
       s = experts_cache_find(c, p, layer, e);
     }
@@ -397,6 +455,23 @@ mole_status experts_get(experts *x, int64_t layer, int32_t e, expert_prec p, exp
   return MOLE_OK;
 }
 
+void experts_release(experts *x, int64_t layer, int32_t e, expert_prec p) {
+  MOLE_ASSERT(p == EXPERT_HIGH || p == EXPERT_LOW);
+  if (!x->tiered) return;
+  const int64_t s = experts_cache_find(&x->cache, p, layer, e);
+  if (s < 0 || !x->cache.slots[p][s].pinned) return;
+  x->cache.slots[p][s].pinned = false;
+  const int64_t tag = tag_of(p, s);
+  for (int64_t i = 0; i < x->n_pins; i++)
+    if (x->pins[i] == tag) {
+      x->pins[i] = x->pins[--x->n_pins];
+      break;
+    }
+  if (layer != x->layer_now) return;
+  x->gstate[2 * e + p] = GRP_RELEASED;
+  for (int64_t g = 0; g < 2 * x->m->hp.n_expert && !x->refill; g++) x->refill = x->gstate[g] == GRP_WAITING_SLOT;
+}
+
 void experts_layer_done(experts *x, int64_t layer) {
   if (!x->tiered) return;
   for (int64_t i = 0; i < x->n_pins; i++) {
@@ -404,6 +479,9 @@ void experts_layer_done(experts *x, int64_t layer) {
     x->cache.slots[p][x->pins[i] & 0xffffffff].pinned = false;
   }
   x->n_pins = 0;
+  x->layer_now = -1;
+  x->refill = false;
+  memset(x->gstate, 0, (size_t)(2 * x->m->hp.n_expert) * sizeof *x->gstate);
   experts_prefetch_release(x, layer);
 }
 

@@ -38,9 +38,29 @@ bool experts_has_low(const experts *x);
 // copy to loading a low one. With T1 = T2 = 1 (the default) every choice is HIGH.
 void experts_plan(experts *x, int64_t layer, int64_t n, int64_t k, const int32_t *sel, const float *w, uint8_t *prec);
 
+// experts_plan starts the reads of every (expert, precision) group the layer
+// uses that a slot can be had for; the rest wait until slots are released.
+// The forward pass then computes the groups as they land: experts_ready says,
+// without waiting, where a planned group stands (it collects finished reads):
+// READY (experts_get will not block), LOADING (a read is under way), or
+// NO_SLOT (every slot that could take it is pinned by this layer, or no read
+// has been started for it yet: experts_get starts one, or experts_release of
+// computed groups lets the next experts_ready start it). Resident: always READY.
+typedef enum { EXPERTS_READY = 0, EXPERTS_LOADING = 1, EXPERTS_NO_SLOT = 2 } experts_avail;
+experts_avail experts_ready(experts *x, int64_t layer, int32_t e, expert_prec p);
+
 // The weights of (layer, e) in precision p (HIGH or LOW); blocks on a miss.
-// The view stays valid (pinned) until experts_layer_done(x, layer).
+// The view stays valid (pinned) until experts_release(x, layer, e, p) or
+// experts_layer_done(x, layer). MOLE_ERR_NOMEM when no slot can be freed for
+// it: while other groups of the layer are pinned, release computed ones and
+// try again; with nothing of the layer pinned it means the budget is too small.
 mole_status experts_get(experts *x, int64_t layer, int32_t e, expert_prec p, expert_view *out);
+// Unpins one group of the current layer before the layer ends (its view
+// becomes invalid): the caller has computed it and the layer's groups still
+// without a slot need the room. The next experts_ready starts their reads.
+// No-op when everything is resident or the group is not pinned.
+void experts_release(experts *x, int64_t layer, int32_t e, expert_prec p);
+// Ends the layer: unpins what is still pinned and releases its prefetches.
 void experts_layer_done(experts *x, int64_t layer);
 
 // Predictor: gate input h [n_embd] of one token at `layer`; predicts the

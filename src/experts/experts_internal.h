@@ -29,7 +29,9 @@ struct experts {
   int64_t n_loading[2];        // slots being read per pool
   experts_io_done *done;       // [io requests]
   int64_t max_io;
-  int64_t need[2];             // requests per precision of the layer being planned
+  int64_t layer_now;           // the layer planned last (-1 after experts_layer_done)
+  uint8_t *gstate;             // [2*n_expert] its groups (2*expert + precision): GRP_*
+  bool refill;                 // slots were released: start the reads of groups still without one
   // plan scratch
   int64_t *tok_cnt;            // [n_expert] tokens routed to each expert in this layer
   int64_t *high_cnt;           // [n_expert] of those in high precision
@@ -55,6 +57,9 @@ struct experts {
   // routing trace
   FILE *trace;
 };
+
+// The state of a (expert, precision) group of the layer being computed.
+enum { GRP_NONE = 0, GRP_WAITING_SLOT, GRP_PINNED, GRP_RELEASED };
 
 // predict.c
 mole_status experts_predict_init(experts *x);

@@ -38,7 +38,9 @@ struct model_scratch {
   expert_view *views; // [2*n_expert] weights of each group in use
   int64_t *slot_tok;  // [n_assign_max] token of each assignment slot
   int64_t *tok_slot;  // [n_batch][n_expert_used] slot of each (token, choice)
-  ops_mm *tasks;      // [2*n_expert + 4]
+  int64_t *grp_list;  // [2*n_expert] groups computed together
+  uint8_t *grp_state; // [2*n_expert] moe_ffn's progress on each group (MOE_*)
+  ops_mm *tasks;      // [4*n_expert + 4]
 };
 
 void model_session_shape(const mole_model *m, int64_t *n_ctx, int64_t *n_batch) {
@@ -109,6 +111,8 @@ static bool scratch_walk(const mole_model *m, int64_t n_batch, int64_t n_ctx, mo
   ALLOC(views, 2 * X);
   ALLOC(slot_tok, A);
   ALLOC(tok_slot, B * U);
+  ALLOC(grp_list, 2 * X);
+  ALLOC(grp_state, 2 * X);
   ALLOC(tasks, 4 * X + 4);
 #undef ALLOC
 #undef ALLOC_BYTES
@@ -138,7 +142,7 @@ void model_scratch_free(model_scratch *s) {
   if (!s) return;
   void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->y, s->sh, s->scores, s->vacc, s->att_s, s->att_q, s->xq, s->hq,
                   s->ff_g, s->ff_u, s->ff_o, s->router, s->sel, s->selw, s->prec, s->grp_cnt, s->grp_off, s->views, s->slot_tok,
-                  s->tok_slot, s->tasks};
+                  s->tok_slot, s->grp_list, s->grp_state, s->tasks};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mole_aligned_free(bufs[i]);
   mole_free(s);
 }
@@ -361,54 +365,19 @@ static void route(const model_hparams *hp, model_scratch *s, int64_t n) {
   }
 }
 
-// Routed experts. (token, choice) pairs are grouped by (expert, precision) so
-// each expert's matrices are read once per batch; the provider supplies the
-// weights (mapped, or from its RAM cache) and the plan says which precision
-// each choice gets, or that it is skipped.
-static mole_status moe_ffn(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
-  const model_hparams *hp = &m->hp;
-  const model_layer *ly = &m->layers[il];
-  const int64_t E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, F = hp->n_ff_exp, G = 2 * X;
-  // router logits [n][X]
-  convert_for(m, s, &ly->gate_inp, s->xn, E, n, E, s->xq);
-  ops_mm tr = mm_of(&ly->gate_inp, 0, s->xq, s->q_row, n, s->router, X);
-  ops_mm_run(m->pool, &tr, 1);
-  route(hp, s, n);
-  if (n == 1) experts_predict(m->experts, il, s->xn);
-  experts_plan(m->experts, il, n, K, s->sel, s->selw, s->prec);
-  // groups g = 2*expert + precision: slots [grp_off[g], grp_off[g]+grp_cnt[g])
-  memset(s->grp_cnt, 0, (size_t)G * sizeof *s->grp_cnt);
-  for (int64_t i = 0; i < n * K; i++)
-    if (s->prec[i] != EXPERT_SKIP) s->grp_cnt[2 * s->sel[i] + s->prec[i]]++;
-  int64_t off = 0;
-  for (int64_t g = 0; g < G; g++) {
-    s->grp_off[g] = off;
-    off += s->grp_cnt[g];
-    s->grp_cnt[g] = 0;
-  }
-  const int64_t n_slots = off;
-  for (int64_t i = 0; i < n * K; i++) {
-    s->tok_slot[i] = -1;
-    if (s->prec[i] == EXPERT_SKIP) continue;
-    const int64_t g = 2 * s->sel[i] + s->prec[i];
-    const int64_t slot = s->grp_off[g] + s->grp_cnt[g]++;
-    s->slot_tok[slot] = i / K;
-    s->tok_slot[i] = slot;
-  }
-  // weights of every group in use; pinned until experts_layer_done
-  for (int64_t g = 0; g < G; g++) {
-    if (!s->grp_cnt[g]) continue;
-    mole_status st = experts_get(m->experts, il, (int32_t)(g / 2), (expert_prec)(g % 2), &s->views[g]);
-    if (st) {
-      experts_layer_done(m->experts, il);
-      return st;
-    }
-  }
-  // the tokens' input rows in slot order, converted for each group's gate type
-  // (two conversions at most: one per precision)
-  quant_type conv_t[2] = {QT_COUNT, QT_COUNT};
-  for (int64_t g = 0; g < G; g++) {
-    if (!s->grp_cnt[g]) continue;
+// Computes the groups gs[0..ng) of a routed layer, whose weights are in
+// s->views: gate and up of every group as one batch of tasks, swiglu, then
+// down as another batch. Each group's result depends only on its own slots,
+// so computing the groups in any sets gives the same bits. s->hq keeps the
+// layer's input rows converted for up to two vector types (conv_t, converted
+// on first use, kept for the layer's later sets); a group's slots in s->xq get
+// its tokens' rows, which its hidden rows converted for down replace once
+// gate and up are done.
+static void moe_compute(mole_model *m, model_scratch *s, int64_t n, const int64_t *gs, int64_t ng,
+                        quant_type conv_t[2]) {
+  const int64_t E = m->hp.n_embd, F = m->hp.n_ff_exp;
+  for (int64_t i = 0; i < ng; i++) {
+    const int64_t g = gs[i];
     const quant_type vt = ops_vec_type(&s->views[g].gate);
     MOLE_ASSERT(vt == ops_vec_type(&s->views[g].up));
     int c = conv_t[0] == vt ? 0 : conv_t[1] == vt ? 1 : conv_t[0] == QT_COUNT ? 0 : 1;
@@ -423,8 +392,8 @@ static mole_status moe_ffn(mole_model *m, model_scratch *s, int64_t il, int64_t 
       memcpy((char *)s->xq + (size_t)a * s->q_row, src + (size_t)s->slot_tok[a] * s->q_row, rb);
   }
   int64_t nt = 0;
-  for (int64_t g = 0; g < G; g++) {
-    if (!s->grp_cnt[g]) continue;
+  for (int64_t i = 0; i < ng; i++) {
+    const int64_t g = gs[i];
     const size_t o = (size_t)s->grp_off[g];
     s->tasks[nt] = mm_of(&s->views[g].gate, 0, (char *)s->xq + o * s->q_row, s->q_row, s->grp_cnt[g],
                          s->ff_g + o * (size_t)F, F);
@@ -434,19 +403,116 @@ static mole_status moe_ffn(mole_model *m, model_scratch *s, int64_t il, int64_t 
     s->tasks[nt++].expert = true;
   }
   ops_mm_run(m->pool, s->tasks, nt);
-  for (int64_t a = 0; a < n_slots; a++) ops_swiglu(s->ff_g + a * F, s->ff_g + a * F, s->ff_u + a * F, F);
   nt = 0;
-  for (int64_t g = 0; g < G; g++) {
-    if (!s->grp_cnt[g]) continue;
+  for (int64_t i = 0; i < ng; i++) {
+    const int64_t g = gs[i];
     const size_t o = (size_t)s->grp_off[g];
+    for (int64_t a = s->grp_off[g]; a < s->grp_off[g] + s->grp_cnt[g]; a++)
+      ops_swiglu(s->ff_g + a * F, s->ff_g + a * F, s->ff_u + a * F, F);
     convert_for(m, s, &s->views[g].down, s->ff_g + o * (size_t)F, F, s->grp_cnt[g], F,
-                (char *)s->hq + o * s->q_row);
-    s->tasks[nt] = mm_of(&s->views[g].down, 0, (char *)s->hq + o * s->q_row, s->q_row, s->grp_cnt[g],
+                (char *)s->xq + o * s->q_row);
+    s->tasks[nt] = mm_of(&s->views[g].down, 0, (char *)s->xq + o * s->q_row, s->q_row, s->grp_cnt[g],
                          s->ff_o + o * (size_t)E, E);
     s->tasks[nt++].expert = true;
   }
   ops_mm_run(m->pool, s->tasks, nt);
-  experts_layer_done(m->experts, il);
+}
+
+// moe_ffn's progress on a group: not used, weights not obtained yet, computed
+// and still pinned, computed and released.
+enum { MOE_UNUSED = 0, MOE_PENDING, MOE_HELD, MOE_DONE };
+
+// Releases the computed groups still pinned: the groups without a slot need the room.
+static void moe_release_held(mole_model *m, model_scratch *s, int64_t il) {
+  for (int64_t g = 0; g < 2 * m->hp.n_expert; g++)
+    if (s->grp_state[g] == MOE_HELD) {
+      experts_release(m->experts, il, (int32_t)(g / 2), (expert_prec)(g % 2));
+      s->grp_state[g] = MOE_DONE;
+    }
+}
+
+// Routed experts. (token, choice) pairs are grouped by (expert, precision) so
+// each expert's matrices are read once per batch; the provider supplies the
+// weights (mapped, or from its RAM cache) and the plan says which precision
+// each choice gets, or that it is skipped. Groups are computed as their
+// weights land: every group already resident is computed in one set while
+// the others are still being read; only when none is ready does the layer
+// wait, for one. When the budget holds fewer experts than the layer uses at
+// once (a prompt batch), computed groups are released so that the rest get
+// slots: the layer is computed in waves.
+static mole_status moe_ffn(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
+  const model_hparams *hp = &m->hp;
+  const model_layer *ly = &m->layers[il];
+  const int64_t E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, G = 2 * X;
+  experts *xp = m->experts;
+  // router logits [n][X]
+  convert_for(m, s, &ly->gate_inp, s->xn, E, n, E, s->xq);
+  ops_mm tr = mm_of(&ly->gate_inp, 0, s->xq, s->q_row, n, s->router, X);
+  ops_mm_run(m->pool, &tr, 1);
+  route(hp, s, n);
+  if (n == 1) experts_predict(xp, il, s->xn);
+  experts_plan(xp, il, n, K, s->sel, s->selw, s->prec);
+  // groups g = 2*expert + precision: slots [grp_off[g], grp_off[g]+grp_cnt[g])
+  memset(s->grp_cnt, 0, (size_t)G * sizeof *s->grp_cnt);
+  for (int64_t i = 0; i < n * K; i++)
+    if (s->prec[i] != EXPERT_SKIP) s->grp_cnt[2 * s->sel[i] + s->prec[i]]++;
+  int64_t off = 0;
+  for (int64_t g = 0; g < G; g++) {
+    s->grp_off[g] = off;
+    off += s->grp_cnt[g];
+    s->grp_cnt[g] = 0;
+  }
+  for (int64_t i = 0; i < n * K; i++) {
+    s->tok_slot[i] = -1;
+    if (s->prec[i] == EXPERT_SKIP) continue;
+    const int64_t g = 2 * s->sel[i] + s->prec[i];
+    const int64_t slot = s->grp_off[g] + s->grp_cnt[g]++;
+    s->slot_tok[slot] = i / K;
+    s->tok_slot[i] = slot;
+  }
+  int64_t n_pending = 0;
+  for (int64_t g = 0; g < G; g++) {
+    s->grp_state[g] = s->grp_cnt[g] ? MOE_PENDING : MOE_UNUSED;
+    n_pending += s->grp_cnt[g] > 0;
+  }
+  quant_type conv_t[2] = {QT_COUNT, QT_COUNT};
+  mole_status st = MOLE_OK;
+  while (n_pending > 0) {
+    // every pending group whose weights are here; else the first being read,
+    // else the first still without a slot
+    int64_t nr = 0, loading = -1, no_slot = -1;
+    for (int64_t g = 0; g < G; g++) {
+      if (s->grp_state[g] != MOE_PENDING) continue;
+      const experts_avail a = experts_ready(xp, il, (int32_t)(g / 2), (expert_prec)(g % 2));
+      if (a == EXPERTS_READY) s->grp_list[nr++] = g;
+      else if (a == EXPERTS_LOADING && loading < 0) loading = g;
+      else if (a == EXPERTS_NO_SLOT && no_slot < 0) no_slot = g;
+    }
+    if (nr == 0) {
+      const int64_t g = loading >= 0 ? loading : no_slot;
+      if (loading < 0) moe_release_held(m, s, il);  // its slot can only come from computed groups
+      st = experts_get(xp, il, (int32_t)(g / 2), (expert_prec)(g % 2), &s->views[g]);  // blocks
+      if (st) break;
+      s->grp_list[nr++] = g;
+      // and whatever else landed meanwhile
+      for (int64_t h = 0; h < G; h++)
+        if (h != g && s->grp_state[h] == MOE_PENDING &&
+            experts_ready(xp, il, (int32_t)(h / 2), (expert_prec)(h % 2)) == EXPERTS_READY)
+          s->grp_list[nr++] = h;
+    }
+    for (int64_t i = 0; i < nr && !st; i++) {
+      const int64_t g = s->grp_list[i];
+      st = experts_get(xp, il, (int32_t)(g / 2), (expert_prec)(g % 2), &s->views[g]);  // resident: no wait
+    }
+    if (st) break;
+    moe_compute(m, s, n, s->grp_list, nr, conv_t);
+    for (int64_t i = 0; i < nr; i++) s->grp_state[s->grp_list[i]] = MOE_HELD;
+    n_pending -= nr;
+    // groups still without a slot get those of the computed ones
+    if (no_slot >= 0) moe_release_held(m, s, il);
+  }
+  experts_layer_done(xp, il);
+  if (st) return st;
   // weighted sum in the router's order, as llama.cpp adds the expert views
   for (int64_t t = 0; t < n; t++) {
     float *y = s->y + t * E;
