@@ -23,6 +23,7 @@ check() {  # check NAME WANT_RC NEEDLE -- cmd...
 same() {  # same NAME A B
   cmp -s "$2" "$3" || { echo "FAIL $1: $2 and $3 differ"; fails=$((fails + 1)); }
 }
+failed() { echo "FAIL $1: the command failed"; fails=$((fails + 1)); }  # for: cmd && same NAME A B || failed NAME
 
 "$M" synth --arch mixtral --embd 256 --layers 4 --experts 8 --used 2 --ff 512 --type q8_0 --vocab 1000 --ctx 256 \
   -o "$T/m.gguf" >/dev/null 2>&1 || { echo "FAIL synth"; exit 1; }
@@ -42,24 +43,27 @@ for c in run chat logits bench; do
 done
 check pct-range 2 "percentage must be in (0, 100]" -- "$M" run -m "$T/m.gguf" --expert-budget 150%
 check too-small 1 "is too small" -- "$M" "${L[@]}" -o "$T/x.f32" --expert-budget 100KiB
-check prefill-need 1 "pinned at once" -- "$M" "${L[@]}" -o "$T/x.f32" --expert-budget 1MiB
 check weights-not-hobbit 1 "hobbit policy only" -- "$M" "${L[@]}" -o "$T/x.f32" --cache-policy lru --cache-weights 0.25,0.25,0.25,0.25
 
 # tiered logits equal the resident ones
 "$M" "${L[@]}" -o "$T/ref.f32" --expert-budget 0 || fails=$((fails + 1))
+# a prompt routed to more experts than the budget holds runs in waves
 for io in uring pread; do
-  "$M" "${L[@]}" -o "$T/a.f32" --expert-budget 3.5MiB --io $io && same "tiered-$io" "$T/ref.f32" "$T/a.f32"
-  "$M" "${L[@]}" -o "$T/b.f32" --expert-budget 1MiB --io $io --one-by-one --prefetch-depth 2 &&
-    same "tiny-$io-1by1" "$T/ref.f32" "$T/b.f32"
+  "$M" "${L[@]}" -o "$T/w.f32" --expert-budget 1MiB --io $io && same "prefill-waves-$io" "$T/ref.f32" "$T/w.f32" || failed "prefill-waves-$io"
 done
-"$M" "${L[@]}" -o "$T/c.f32" --expert-budget 100% --cache-policy lfu && same "budget-100%" "$T/ref.f32" "$T/c.f32"
+for io in uring pread; do
+  "$M" "${L[@]}" -o "$T/a.f32" --expert-budget 3.5MiB --io $io && same "tiered-$io" "$T/ref.f32" "$T/a.f32" || failed "tiered-$io"
+  "$M" "${L[@]}" -o "$T/b.f32" --expert-budget 1MiB --io $io --one-by-one --prefetch-depth 2 &&
+    same "tiny-$io-1by1" "$T/ref.f32" "$T/b.f32" || failed "tiny-$io-1by1"
+done
+"$M" "${L[@]}" -o "$T/c.f32" --expert-budget 100% --cache-policy lfu && same "budget-100%" "$T/ref.f32" "$T/c.f32" || failed "budget-100%"
 
 # pack: high copies keep the source type (same logits), low copies q4_0
 check pack 0 "" -- "$M" pack "$T/m.gguf" -o "$T/p.gguf" --low q4_0
 check pack-inspect 0 "mole.pack.low.types" -- "$M" inspect "$T/p.gguf"
 P=(logits -m "$T/p.gguf" --tokens $TOK --kv-type f32)
-"$M" "${P[@]}" -o "$T/p0.f32" && same packed-resident "$T/ref.f32" "$T/p0.f32"
-"$M" "${P[@]}" -o "$T/p1.f32" --expert-budget 1MiB --one-by-one --io pread && same packed-tiny "$T/ref.f32" "$T/p1.f32"
+"$M" "${P[@]}" -o "$T/p0.f32" && same packed-resident "$T/ref.f32" "$T/p0.f32" || failed packed-resident
+"$M" "${P[@]}" -o "$T/p1.f32" --expert-budget 1MiB --one-by-one --io pread && same packed-tiny "$T/ref.f32" "$T/p1.f32" || failed packed-tiny
 "$M" "${P[@]}" -o "$T/p2.f32" --t1 0 --t2 1 || fails=$((fails + 1))
 cmp -s "$T/ref.f32" "$T/p2.f32" && { echo "FAIL mixed precision changed nothing"; fails=$((fails + 1)); }
 check pack-again 1 "already a packed expert store" -- "$M" pack "$T/p.gguf" -o "$T/q.gguf"
