@@ -129,10 +129,10 @@ static void test_fld(void **state) {
   }
   experts_cache_begin_step(&c, 1);
   assert_int_equal(experts_cache_victim(&c, 0, 2, false), 1);
-  assert_true(experts_cache_priority(&c, 1, 0, 2) < experts_cache_priority(&c, 0, 0, 2));
-  assert_true(experts_cache_priority(&c, 0, 0, 2) < experts_cache_priority(&c, 3, 0, 2));
-  assert_true(experts_cache_priority(&c, 3, 0, 2) < experts_cache_priority(&c, 2, 0, 2));
-  assert_true(experts_cache_priority(&c, 2, 0, 2) == 1.0);
+  assert_true(experts_cache_priority(&c, 0, 1, 0, 2) < experts_cache_priority(&c, 0, 0, 0, 2));
+  assert_true(experts_cache_priority(&c, 0, 0, 0, 2) < experts_cache_priority(&c, 0, 3, 0, 2));
+  assert_true(experts_cache_priority(&c, 0, 3, 0, 2) < experts_cache_priority(&c, 0, 2, 0, 2));
+  assert_true(experts_cache_priority(&c, 0, 2, 0, 2) == 1.0);
   // at layer 0, layer 3 is the farthest
   assert_int_equal(experts_cache_victim(&c, 0, 0, false), 3);
   experts_cache_free(&c);
@@ -159,7 +159,7 @@ static void test_hobbit(void **state) {
   c.slots[0][0].state = c.slots[0][1].state = EXPERTS_SLOT_READY;
   experts_cache_begin_step(&c, 1);  // T = 3, computing layer 2
   // layer 3: 0.5*1/3 + 0.5*(1 - 1/4) = 0.5417; layer 1: 0.5*2/3 + 0.5*(1 - 3/4) = 0.4583
-  assert_true(fabs(experts_cache_priority(&c, 3, 0, 2) - (0.5 / 3 + 0.375)) < 1e-6);
+  assert_true(fabs(experts_cache_priority(&c, 0, 3, 0, 2) - (0.5 / 3 + 0.375)) < 1e-6);
   assert_int_equal(experts_cache_victim(&c, 0, 2, false), 1);
   // with LRU weights the older one goes
   experts_cache_free(&c);

@@ -67,7 +67,9 @@ mole_status experts_cache_init(experts_cache *c, int64_t n_layer, int64_t n_expe
   c->last_use = mole_calloc(nk, sizeof *c->last_use);
   c->uses = mole_calloc(nk, sizeof *c->uses);
   c->uses_high = mole_calloc(nk, sizeof *c->uses_high);
-  if (!ok || !c->last_use || !c->uses || !c->uses_high) {
+  c->last_low = mole_calloc(nk, sizeof *c->last_low);
+  c->uses_low = mole_calloc(nk, sizeof *c->uses_low);
+  if (!ok || !c->last_use || !c->uses || !c->uses_high || !c->last_low || !c->uses_low) {
     experts_cache_free(c);
     return mole_errorf(MOLE_ERR_NOMEM, "expert cache: out of memory for %lld experts", (long long)nk);
   }
@@ -82,13 +84,17 @@ void experts_cache_free(experts_cache *c) {
   mole_free(c->last_use);
   mole_free(c->uses);
   mole_free(c->uses_high);
+  mole_free(c->last_low);
+  mole_free(c->uses_low);
   memset(c, 0, sizeof *c);
 }
 
-double experts_cache_priority(const experts_cache *c, int64_t layer, int64_t e, int64_t layer_now) {
+double experts_cache_priority(const experts_cache *c, int p, int64_t layer, int64_t e, int64_t layer_now) {
   const int64_t k = layer * c->n_expert + e, L = c->n_layer;
   const double T = (double)MOLE_MAX(c->t_now, 1);
   const double dist = (double)(((layer - layer_now) % L + L) % L) / (double)L;
+  if (p)
+    return c->w[0] * (double)c->last_low[k] / T + c->w[1] * (double)c->uses_low[k] / T + c->w[3] * (1.0 - dist);
   return c->w[0] * (double)c->last_use[k] / T + c->w[1] * (double)c->uses[k] / T +
          c->w[2] * (double)c->uses_high[k] / T + c->w[3] * (1.0 - dist);
 }
@@ -141,8 +147,9 @@ int64_t experts_cache_victim(const experts_cache *c, int p, int64_t layer_now, b
         ok = false;
         break;
       }
-      const double pri = experts_cache_priority(c, sl->layer, sl->expert, layer_now);
-      const int64_t ri = c->last_use[sl->layer * c->n_expert + sl->expert];
+      const int q = j == 0 ? p : 1 - p;
+      const double pri = experts_cache_priority(c, q, sl->layer, sl->expert, layer_now);
+      const int64_t ri = (q ? c->last_low : c->last_use)[sl->layer * c->n_expert + sl->expert];
       // soft-pinned slots go last: any unpinned one is evicted first
       const double k = pri + (sl->soft ? 16.0 : 0.0);
       if (!any || k > key + 1e-12 || (fabs(k - key) <= 1e-12 && ri > r)) {
@@ -204,6 +211,10 @@ void experts_cache_touch(experts_cache *c, int64_t layer, int64_t e, int64_t n_t
   c->last_use[k] = c->t_now;
   c->uses[k] += n_tok;
   c->uses_high[k] += n_high;
+  if (n_tok > n_high) {
+    c->last_low[k] = c->t_now;
+    c->uses_low[k] += n_tok - n_high;
+  }
 }
 
 void experts_cache_reset_sequence(experts_cache *c) {
@@ -211,6 +222,8 @@ void experts_cache_reset_sequence(experts_cache *c) {
   memset(c->last_use, 0, nk * sizeof *c->last_use);
   memset(c->uses, 0, nk * sizeof *c->uses);
   memset(c->uses_high, 0, nk * sizeof *c->uses_high);
+  memset(c->last_low, 0, nk * sizeof *c->last_low);
+  memset(c->uses_low, 0, nk * sizeof *c->uses_low);
   c->t = c->t_now = 0;
 }
 

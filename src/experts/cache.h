@@ -61,9 +61,14 @@ typedef struct experts_cache {
   int64_t n_slots[2];       // per precision (0 high, 1 low)
   experts_slot *slots[2];   // [n_slots[p]]
   int32_t *slot_of[2];      // [n_layer*n_expert] -> slot, -1 when not cached
-  int64_t *last_use;        // [n_layer*n_expert] R: T when last used (0 = never this sequence)
-  int64_t *uses;            // [n_layer*n_expert] F
-  int64_t *uses_high;       // [n_layer*n_expert] H
+  // a high copy serves every use of its expert, a low copy only the uses
+  // planned low (while no high copy is cached): each precision is accounted
+  // with the uses it serves
+  int64_t *last_use;        // [n_layer*n_expert] R of the high copy: T when last used (0 = never this sequence)
+  int64_t *uses;            // [n_layer*n_expert] F of the high copy: every use
+  int64_t *uses_high;       // [n_layer*n_expert] H: uses in high precision
+  int64_t *last_low;        // [n_layer*n_expert] R of the low copy: T when last used in low precision
+  int64_t *uses_low;        // [n_layer*n_expert] F of the low copy: uses in low precision
   int64_t t;                // tokens of the sequence before this step
   int64_t t_now;            // T: tokens including the step being computed
   int64_t n_soft[2];        // soft-pinned slots per pool
@@ -87,7 +92,10 @@ static inline int64_t experts_cache_offset(const experts_cache *c, int p, int64_
 static inline int64_t experts_cache_find(const experts_cache *c, int p, int64_t layer, int64_t e) {
   return c->slot_of[p][layer * c->n_expert + e];
 }
-double experts_cache_priority(const experts_cache *c, int64_t layer, int64_t e, int64_t layer_now);
+// HOBBIT's priority of the copy of (layer, e) in precision p while layer_now
+// is computed: w_lru*R/T + w_lfu*F/T + w_lhu*H/T + w_fld*(1 - distance/L), with
+// R, F of that copy (a low copy's H is 0: it never serves a high use).
+double experts_cache_priority(const experts_cache *c, int p, int64_t layer, int64_t e, int64_t layer_now);
 // The slot to fill next in pool p: an empty one, else the lowest-priority
 // evictable one (soft-pinned ones too when allow_soft); -1 when none.
 int64_t experts_cache_victim(const experts_cache *c, int p, int64_t layer_now, bool allow_soft);
