@@ -61,12 +61,17 @@ static mole_status choose_budget(experts *x) {
   // auto: resident when the whole model fits next to the rest of the process
   experts_mem_info mi;
   experts_mem_probe(NULL, &mi);
-  const int64_t non_expert = (int64_t)gguf_size(x->m->gguf) - (int64_t)st->file_bytes;
+  // the mapped weights every token reads; the token embeddings are read a
+  // row per token (unless the output projection shares them), so their pages
+  // need not stay resident
+  const mole_model *m = x->m;
+  int64_t non_expert = (int64_t)gguf_size(m->gguf) - (int64_t)st->file_bytes;
+  if (m->tok_embd.data != m->output.data) non_expert -= (int64_t)(m->tok_embd.row_bytes * (size_t)m->tok_embd.ne1);
   const int64_t head = headroom_bytes(x->m);
   if (mi.available < 0 || non_expert + experts_bytes + head <= mi.available) return MOLE_OK;
   x->tiered = true;
   x->budget = mi.available - non_expert - head;
-  mole_log(MOLE_LOG_INFO, "auto expert budget: %s (%s available per %s; non-expert weights %s, headroom %s)",
+  mole_log(MOLE_LOG_INFO, "auto expert budget: %s (%s available per %s; non-expert weights read per token %s, headroom %s)",
            experts_fmt_bytes(a, sizeof a, (double)x->budget), experts_fmt_bytes(b, sizeof b, (double)mi.available),
            mi.source, experts_fmt_bytes(c, sizeof c, (double)non_expert), experts_fmt_bytes(d, sizeof d, (double)head));
   // below what a decode step pins at once (n_expert_used experts in each
