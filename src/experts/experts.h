@@ -116,7 +116,8 @@ typedef struct experts_stats {
   double pred_accuracy;       // pred_correct / pred_total; -1 when nothing was predicted
   double stall_gbps;          // demand bytes / stall time (GB/s); -1 without stalls
   double prefetch_useful;     // how often a predicted expert not in RAM was then used (moving average)
-  bool prefetch_paused;       // adaptive depth: prefetching paused because that is too rare
+  bool prefetch_paused;       // adaptive depth: not prefetching now (too rare a use, or slower when probed)
+  int64_t prefetch_on_tokens; // adaptive depth: decode tokens run with prefetching on
 } experts_stats;
 
 void experts_get_stats(const experts *x, experts_stats *out);

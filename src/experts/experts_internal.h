@@ -46,6 +46,19 @@ struct experts {
   bool *pred_valid;            // [n_layer][EXPERTS_MAX_DEPTH]
   bool *pred_uncached;         // [n_layer][EXPERTS_MAX_DEPTH][n_used] not in RAM when predicted
   double pf_useful;            // moving average: a predicted expert not in RAM was then used
+  double *pf_useful_at;        // [EXPERTS_MAX_DEPTH][n_used] the same per distance and rank of the prediction
+  // adaptive prefetch (predict.c): rounds of a few decode tokens with and
+  // without prefetching, then many with whichever was faster
+  bool pf_on;                  // prefetching in the current phase
+  bool pf_on_last;             // what the last probe chose
+  int pf_phase;                // PF_PROBE_ON, PF_PROBE_OFF, PF_RUN
+  int64_t pf_left;             // decode tokens left in the phase
+  int64_t pf_run;              // tokens of the next run phase: doubles while probes agree
+  int64_t pf_t_token;          // when the current decode token began (us; 0 = none yet)
+  int64_t pf_tokens_then;      // n_tokens at that time (the next token must follow it)
+  double pf_us[2];             // decode time measured in this round's probes: [off, on]
+  int64_t pf_n[2];             // tokens measured
+  int64_t pf_tokens_on;        // decode tokens run with prefetch on (statistics)
   int64_t *pf_pending;         // [EXPERTS_MAX_DEPTH*n_used] prefetches to start after the plan: (target, e, p)
   int64_t n_pf_pending;
   int64_t pf_layer;            // the layer whose plan starts them

@@ -6,12 +6,23 @@
 // predicted layer is routed.
 //
 // Prefetching an expert that is not in RAM costs one read and (if unused) an
-// eviction; it pays when the prediction is used. With an adaptive depth (-1)
-// the predictor keeps measuring how often a predicted expert that was not in
-// RAM is then used (a moving average, also while it does not prefetch) and
-// prefetches only while that is at least PF_USEFUL_MIN. Any prefetch starts
-// only when at most PF_MAX_IN_FLIGHT reads are under way, and its reads go
-// behind every demand read (io.c).
+// eviction; it pays when the prediction is used and the read overlaps
+// compute that would otherwise leave the disk idle. When decode is bound by
+// the disk, every wrong prefetch lengthens the token, and the gain is capped
+// by the compute time it can hide, so whether prefetch pays depends on the
+// model's predictability, the budget and the machine. With an adaptive depth
+// (-1) the predictor therefore measures it: a round runs PF_PROBE_TOKENS
+// decode tokens with prefetch, as many without, then PF_RUN_TOKENS with
+// whichever was faster per token (twice as many each time the probe agrees
+// with the last one, up to PF_RUN_MAX), and starts again. It also keeps measuring
+// how often a predicted expert that was not in RAM is then used, for each
+// distance and rank of the prediction (moving averages, also while it does
+// not prefetch), and prefetches only the predictions whose kind is used at
+// least PF_USEFUL_MIN of the time (on random-weight models the next layer's
+// top-1 prediction is used ~88% of the time, its second ~60%: a wrong
+// prefetch also evicts a useful expert). Prefetch reads are background
+// requests: io.c issues them only while no demand read waits, a few chunks
+// at a time.
 #include <math.h>
 #include <string.h>
 
@@ -20,9 +31,12 @@
 #include "model/ops.h"
 #include "experts/trace.h"
 
-#define PF_USEFUL_MIN 0.5
+#define PF_USEFUL_MIN 0.75
 #define PF_USEFUL_ALPHA (1.0 / 64)
-#define PF_MAX_IN_FLIGHT 2  // reads (demand or prefetch) beyond which no prefetch starts
+#define PF_PROBE_TOKENS 6
+#define PF_RUN_TOKENS 48
+#define PF_RUN_MAX 768
+enum { PF_PROBE_ON, PF_PROBE_OFF, PF_RUN };
 
 mole_status experts_predict_init(experts *x) {
   const model_hparams *hp = &x->m->hp;
@@ -44,8 +58,16 @@ mole_status experts_predict_init(experts *x) {
   x->pred_valid = mole_calloc((size_t)(L * EXPERTS_MAX_DEPTH), sizeof *x->pred_valid);
   x->pred_uncached = mole_calloc((size_t)(L * EXPERTS_MAX_DEPTH * K), sizeof *x->pred_uncached);
   x->pf_useful = 1.0;  // optimistic until measured
+  x->pf_useful_at = mole_malloc((size_t)(EXPERTS_MAX_DEPTH * K) * sizeof *x->pf_useful_at);
+  if (x->pf_useful_at)
+    for (int64_t i = 0; i < EXPERTS_MAX_DEPTH * K; i++) x->pf_useful_at[i] = 1.0;
+  x->pf_on = true;
+  x->pf_phase = PF_PROBE_ON;
+  x->pf_left = PF_PROBE_TOKENS;
+  x->pf_run = PF_RUN_TOKENS / 2;  // an agreeing first probe runs PF_RUN_TOKENS
   x->pf_pending = mole_malloc((size_t)(EXPERTS_MAX_DEPTH * K) * sizeof *x->pf_pending);
-  if (!x->routers || !x->pred_logits || !x->pred || !x->pred_valid || !x->pred_uncached || !x->pf_pending)
+  if (!x->routers || !x->pred_logits || !x->pred || !x->pred_valid || !x->pred_uncached || !x->pf_pending ||
+      !x->pf_useful_at)
     return mole_errorf(MOLE_ERR_NOMEM, "experts: out of memory for the predictor's %lld routers", (long long)L);
   for (int64_t l = 0; l < L; l++) {
     const model_tensor *g = &x->m->layers[l].gate_inp;
@@ -62,6 +84,7 @@ void experts_predict_free(experts *x) {
   mole_free(x->pred_valid);
   mole_free(x->pred_uncached);
   mole_free(x->pf_pending);
+  mole_free(x->pf_useful_at);
 }
 
 typedef struct logits_job {
@@ -79,9 +102,51 @@ static void logits_worker(void *ctx, int ith, int nth) {
   for (int64_t r = r0; r < r1; r++) f32->vec_dot(j->n, &j->y[r], j->w + r * j->n, j->h);
 }
 
+// Adaptive prefetch: called as each decode token begins; the time since the
+// previous one began is that token's, when nothing else ran in between.
+static void pf_adapt(experts *x) {
+  if (x->depth_cfg != -1 || !x->tiered) return;
+  const int64_t now = mole_time_us();
+  if (x->pf_t_token > 0 && x->n_tokens == x->pf_tokens_then + 1) {
+    if (x->pf_phase != PF_RUN) {
+      x->pf_us[x->pf_on] += (double)(now - x->pf_t_token);
+      x->pf_n[x->pf_on]++;
+    }
+    x->pf_tokens_on += x->pf_on;
+    if (--x->pf_left <= 0) {
+      if (x->pf_phase == PF_PROBE_ON) {
+        x->pf_phase = PF_PROBE_OFF;
+        x->pf_on = false;
+        x->pf_left = PF_PROBE_TOKENS;
+      } else if (x->pf_phase == PF_PROBE_OFF) {
+        const double on = x->pf_n[1] ? x->pf_us[1] / (double)x->pf_n[1] : 0, off = x->pf_n[0] ? x->pf_us[0] / (double)x->pf_n[0] : 0;
+        const bool was_on = x->pf_on_last;
+        x->pf_phase = PF_RUN;
+        x->pf_on = x->pf_n[1] && x->pf_n[0] && on < off;
+        x->pf_run = x->pf_on == was_on ? MOLE_MIN(2 * x->pf_run, PF_RUN_MAX) : PF_RUN_TOKENS;
+        x->pf_on_last = x->pf_on;
+        x->pf_left = x->pf_run;
+        mole_log(MOLE_LOG_DEBUG, "prefetch probe: %.1f ms/token with, %.1f without: %s", on / 1e3, off / 1e3,
+                 x->pf_on ? "on" : "off");
+        x->pf_us[0] = x->pf_us[1] = 0;
+        x->pf_n[0] = x->pf_n[1] = 0;
+      } else {
+        x->pf_phase = PF_PROBE_ON;
+        x->pf_on = true;
+        x->pf_left = PF_PROBE_TOKENS;
+      }
+    }
+  }
+  x->pf_t_token = now;
+  x->pf_tokens_then = x->n_tokens;
+}
+
 void experts_predict(experts *x, int64_t layer, const float *h) {
   if (x->depth == 0) return;
-  if (!x->step_open) experts_begin_step(x, 1);  // the forward pass predicts for one token only
+  if (!x->step_open) {  // the forward pass predicts for one token only
+    experts_begin_step(x, 1);
+    pf_adapt(x);
+  }
   const model_hparams *hp = &x->m->hp;
   const int64_t L = hp->n_layer, X = hp->n_expert, E = hp->n_embd, K = hp->n_expert_used;
   const int64_t d_max = MOLE_MIN((int64_t)x->depth, L - 1 - layer);
@@ -105,7 +170,7 @@ void experts_predict(experts *x, int64_t layer, const float *h) {
     for (int64_t k = 0; k < K; k++) wsum += w[k];
     x->pred_valid[target * EXPERTS_MAX_DEPTH + d - 1] = true;
     bool *unc = x->pred_uncached + (target * EXPERTS_MAX_DEPTH + d - 1) * K;
-    const bool go = x->depth_cfg > 0 || x->pf_useful >= PF_USEFUL_MIN;
+    const double *useful = x->pf_useful_at + (d - 1) * K;
     float above = 0;
     for (int64_t k = 0; k < K; k++) {
       const expert_prec pr = experts_prec_of(x, wsum > 0 ? above / wsum : 0);
@@ -115,7 +180,8 @@ void experts_predict(experts *x, int64_t layer, const float *h) {
       if (pr == EXPERT_SKIP || !x->tiered) continue;
       unc[k] = experts_cache_find(&x->cache, pr, target, sel[k]) < 0 &&
                (pr != EXPERT_LOW || experts_cache_find(&x->cache, EXPERT_HIGH, target, sel[k]) < 0);
-      if (go) x->pf_pending[x->n_pf_pending++] = (target * X + sel[k]) * 2 + pr;
+      if (x->depth_cfg > 0 || (x->pf_on && useful[k] >= PF_USEFUL_MIN))
+        x->pf_pending[x->n_pf_pending++] = (target * X + sel[k]) * 2 + pr;
     }
     if (x->trace) experts_trace_write_pred(x->trace, layer, target, K, sel, prec);
   }
@@ -134,7 +200,10 @@ void experts_predict_score(experts *x, int64_t layer, const int32_t *sel, int64_
       bool used = false;
       for (int64_t j = 0; j < k; j++) used = used || pr[i] == sel[j];
       ok += used;
-      if (unc[i]) x->pf_useful += PF_USEFUL_ALPHA * ((used ? 1.0 : 0.0) - x->pf_useful);
+      if (!unc[i]) continue;
+      x->pf_useful += PF_USEFUL_ALPHA * ((used ? 1.0 : 0.0) - x->pf_useful);
+      double *u = &x->pf_useful_at[d * k + i];
+      *u += PF_USEFUL_ALPHA * ((used ? 1.0 : 0.0) - *u);
     }
     x->step.pred_correct += ok;
     x->step.pred_total += k;
@@ -149,9 +218,6 @@ void experts_prefetch_start(experts *x, int64_t layer) {
   experts_cache *c = &x->cache;
   experts_reap(x, false);
   for (int64_t i = 0; i < x->n_pf_pending; i++) {
-    // only into a disk that is (nearly) idle: a prefetch must not delay
-    // the demand reads of the next layers
-    if (experts_io_in_flight(x->io) > PF_MAX_IN_FLIGHT) break;
     const int p = (int)(x->pf_pending[i] % 2);
     const int64_t target = x->pf_pending[i] / 2 / X, e = x->pf_pending[i] / 2 % X;
     if (p == EXPERT_LOW && experts_cache_find(c, EXPERT_HIGH, target, e) >= 0) continue;  // the plan will take it

@@ -38,7 +38,8 @@ void experts_get_stats(const experts *x, experts_stats *o) {
   o->hit_rate = req ? (double)hits / (double)req : -1;
   o->pred_accuracy = t->pred_total ? (double)t->pred_correct / (double)t->pred_total : -1;
   o->prefetch_useful = x->pred_uncached ? x->pf_useful : -1;
-  o->prefetch_paused = x->depth_cfg < 0 && x->pred_uncached && x->pf_useful < 0.5;
+  o->prefetch_paused = x->depth_cfg < 0 && x->pred_uncached && !x->pf_on;
+  o->prefetch_on_tokens = x->pf_tokens_on;
   o->stall_gbps = t->stall_us > 0 ? (double)t->demand_bytes / ((double)t->stall_us * 1e3) : -1;
 }
 
@@ -84,9 +85,12 @@ void experts_print_stats(const experts *x, FILE *f) {
     for (int d = 0; d < EXPERTS_MAX_DEPTH; d++)
       if (s.pred_total_at[d])
         fprintf(f, "%s%d ahead %.1f%%", d ? ", " : "", d + 1, pct(s.pred_correct_at[d], s.pred_total_at[d]));
-    fprintf(f, "); %lld prefetched, %lld unused; predicted experts not in RAM used %.0f%% of the time%s\n",
-            (long long)t->prefetches, (long long)t->prefetch_unused, 100.0 * s.prefetch_useful,
-            s.prefetch_paused ? " (prefetch paused)" : "");
+    fprintf(f, "); %lld prefetched, %lld unused; predicted experts not in RAM used %.0f%% of the time",
+            (long long)t->prefetches, (long long)t->prefetch_unused, 100.0 * s.prefetch_useful);
+    if (x->depth_cfg < 0 && x->pred_uncached)
+      fprintf(f, "; adaptive: prefetching for %lld of the decode tokens, %s now", (long long)s.prefetch_on_tokens,
+              s.prefetch_paused ? "paused" : "on");
+    fprintf(f, "\n");
   }
   const experts_counts *l = &s.last;
   fprintf(f, "experts: last token: %lld hits, %lld misses, %lld skipped, read %s, stall %.2f ms; resident %s of experts\n",
