@@ -91,7 +91,9 @@ print("%.2f"%d["tg_tps"], "%.3f"%o.get("hit_rate",1), "%.1f"%(o.get("bytes_per_t
   row $((limit >> 20)) "$name" "$tps" "$hit" "$mpt" "$sgb" $((PEAK >> 20)) "${OOM:-0}"
 }
 
-MIXED="--t1 0.6 --t2 0.9"
+# full HOBBIT: the second expert of a token in low precision unless the two
+# weigh about the same (t1 0.5), skipped when it weighs under 1/9 of the pair
+MIXED="--t1 0.5 --t2 0.9"
 for frac in 2 4; do
   LIMIT=$((SIZE / frac))
   echo "== memory limit $((LIMIT >> 20)) MiB (1/$frac of the $((SIZE >> 20)) MiB model)"
@@ -110,11 +112,18 @@ done
 echo "== quality of mixed precision ($KLD_POSITIONS positions, against high precision)"
 KT=$OUT/offload-kld.tsv
 printf "t1\tt2\tkld_mean\ttop1\n" >"$KT"
-for tt in "1 1" "0.6 0.9" "0.6 1" "0.5 0.75" "0.5 0.5"; do
+for tt in "1 1" "0.6 0.9" "0.5 0.9" "0.5 0.75" "0.5 0.5"; do
   set -- $tt
   j=$("$MOLE" kld -m "$PACKED" --expert-budget 0 --t1 "$1" --t2 "$2" -n "$KLD_POSITIONS" -t "$THREADS" --json)
   python3 -c 'import json,sys; d=json.loads(sys.argv[3]); print("%s\t%s\t%.5f\t%.4f"%(sys.argv[1],sys.argv[2],d["kld_mean"],d["top1_agreement"]))' "$1" "$2" "$j" | tee -a "$KT"
 done
+
+# for scale: the whole model in Q4_0 (same random weights) against Q8_0
+Q4=$MODELS/mixtral-0.8b-q4_0.gguf
+[ -f "$Q4" ] || "$MOLE" synth --arch mixtral --embd 1024 --layers 8 --experts 8 --used 2 --ff 3584 --vocab 32000 \
+  --type q4_0 --seed 7 -o "$Q4" >&2
+j=$("$MOLE" kld -m "$Q4" --ref "$SRC" --expert-budget 0 -n "$KLD_POSITIONS" -t "$THREADS" --json)
+python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("all-q4_0\t-\t%.5f\t%.4f"%(d["kld_mean"],d["top1_agreement"]))' "$j" | tee -a "$KT"
 
 python3 - "$TSV" "$RAW_GBS" <<'PY'
 import csv,sys
