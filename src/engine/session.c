@@ -81,12 +81,12 @@ void mole_model_print_stats_json(const mole_model *m, FILE *f) {
           "\"budget_bytes\": %lld, \"resident_bytes\": %lld, \"tokens\": %lld, \"hits_high\": %lld, "
           "\"hits_low\": %lld, \"misses_high\": %lld, \"misses_low\": %lld, \"skips\": %lld, \"hit_rate\": %.4f, "
           "\"bytes_read\": %lld, \"bytes_per_token\": %.0f, \"stall_s\": %.4f, \"stall_gbps\": %.3f, "
-          "\"pred_accuracy\": %.4f, \"prefetch_on_tokens\": %lld}",
+          "\"disk_gbps\": %.3f, \"pred_accuracy\": %.4f, \"prefetch_on_tokens\": %lld}",
           st.tiered ? "true" : "false", st.io, st.policy, st.t1, st.t2, st.prefetch_depth, (long long)st.budget_bytes,
           (long long)st.resident_bytes, (long long)st.tokens, (long long)c->hits[0], (long long)c->hits[1],
           (long long)c->misses[0], (long long)c->misses[1], (long long)c->skips, st.hit_rate,
           (long long)c->bytes_read, (double)c->bytes_read / tok, (double)c->stall_us / 1e6, st.stall_gbps,
-          st.pred_accuracy, (long long)st.prefetch_on_tokens);
+          st.disk_gbps, st.pred_accuracy, (long long)st.prefetch_on_tokens);
 }
 
 mole_session_params mole_session_default_params(void) {

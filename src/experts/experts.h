@@ -115,6 +115,7 @@ typedef struct experts_stats {
   double hit_rate;            // hits / (hits + misses) over both precisions; -1 without requests
   double pred_accuracy;       // pred_correct / pred_total; -1 when nothing was predicted
   double stall_gbps;          // demand bytes / stall time (GB/s); -1 without stalls
+  double disk_gbps;           // bytes read / time with reads in flight (GB/s); -1 without reads
   double prefetch_useful;     // how often a predicted expert not in RAM was then used (moving average)
   bool prefetch_paused;       // adaptive depth: not prefetching now (too rare a use, or slower when probed)
   int64_t prefetch_on_tokens; // adaptive depth: decode tokens run with prefetching on

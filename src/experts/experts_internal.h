@@ -47,6 +47,7 @@ struct experts {
   bool *pred_uncached;         // [n_layer][EXPERTS_MAX_DEPTH][n_used] not in RAM when predicted
   double pf_useful;            // moving average: a predicted expert not in RAM was then used
   double *pf_useful_at;        // [EXPERTS_MAX_DEPTH][n_used] the same per distance and rank of the prediction
+  int64_t *pf_useful_n;        // [EXPERTS_MAX_DEPTH][n_used] samples behind each
   // adaptive prefetch (predict.c): rounds of a few decode tokens with and
   // without prefetching, then many with whichever was faster
   bool pf_on;                  // prefetching in the current phase

@@ -50,6 +50,7 @@ struct experts_io {
   experts_io_done *done;         // ring [max_req]
   int64_t done_head, done_n;
   int64_t in_flight;             // requests not yet reaped
+  int64_t busy_us, busy_since;   // time with reads in flight: closed intervals, start of the open one
   io_chunk chunks[IO_QD];        // io_uring chunks in flight
   int32_t chunks_out;
   // pread pool
@@ -313,7 +314,7 @@ mole_status experts_io_read(experts_io *io, void *buf, size_t len, uint64_t off,
   if (io->pend_tail[k] >= 0) io->reqs[io->pend_tail[k]].next = r;
   else io->pend_head[k] = r;
   io->pend_tail[k] = r;
-  io->in_flight++;
+  if (io->in_flight++ == 0) io->busy_since = mole_time_us();
   if (!io->uring) pthread_cond_broadcast(&io->cv_work);
   unlock(io);
   return MOLE_OK;
@@ -370,8 +371,12 @@ int experts_io_reap(experts_io *io, bool wait, experts_io_done *done, int max) {
     done[n++] = io->done[io->done_head];
     io->done_head = (io->done_head + 1) % io->max_req;
     io->done_n--;
-    io->in_flight--;
+    if (--io->in_flight == 0) io->busy_us += mole_time_us() - io->busy_since;
   }
   unlock(io);
   return n;
+}
+
+int64_t experts_io_busy_us(const experts_io *io) {
+  return io->busy_us + (io->in_flight > 0 ? mole_time_us() - io->busy_since : 0);
 }

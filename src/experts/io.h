@@ -41,5 +41,9 @@ void experts_io_submit(experts_io *io);
 // one finishes (returns 0 only when nothing is in flight).
 int experts_io_reap(experts_io *io, bool wait, experts_io_done *done, int max);
 int64_t experts_io_in_flight(const experts_io *io);
+// Microseconds during which reads were in flight (queued or on the device,
+// from the first submission to the reap of the last): the disk's busy time
+// as the caller sees it (completions are noticed when reaped, so it errs long).
+int64_t experts_io_busy_us(const experts_io *io);
 
 #endif

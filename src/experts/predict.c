@@ -20,7 +20,8 @@
 // not prefetch), and prefetches only the predictions whose kind is used at
 // least PF_USEFUL_MIN of the time (on random-weight models the next layer's
 // top-1 prediction is used ~88% of the time, its second ~60%: a wrong
-// prefetch also evicts a useful expert). Prefetch reads are background
+// prefetch also evicts a useful expert); a kind is measured PF_USEFUL_SAMPLES
+// times before it is prefetched at all. Prefetch reads are background
 // requests: io.c issues them only while no demand read waits, a few chunks
 // at a time.
 #include <math.h>
@@ -32,6 +33,7 @@
 #include "experts/trace.h"
 
 #define PF_USEFUL_MIN 0.75
+#define PF_USEFUL_SAMPLES 8  // a kind of prediction is prefetched once measured this often
 #define PF_USEFUL_ALPHA (1.0 / 64)
 #define PF_PROBE_TOKENS 6
 #define PF_RUN_TOKENS 48
@@ -58,16 +60,15 @@ mole_status experts_predict_init(experts *x) {
   x->pred_valid = mole_calloc((size_t)(L * EXPERTS_MAX_DEPTH), sizeof *x->pred_valid);
   x->pred_uncached = mole_calloc((size_t)(L * EXPERTS_MAX_DEPTH * K), sizeof *x->pred_uncached);
   x->pf_useful = 1.0;  // optimistic until measured
-  x->pf_useful_at = mole_malloc((size_t)(EXPERTS_MAX_DEPTH * K) * sizeof *x->pf_useful_at);
-  if (x->pf_useful_at)
-    for (int64_t i = 0; i < EXPERTS_MAX_DEPTH * K; i++) x->pf_useful_at[i] = 1.0;
+  x->pf_useful_at = mole_calloc((size_t)(EXPERTS_MAX_DEPTH * K), sizeof *x->pf_useful_at);
+  x->pf_useful_n = mole_calloc((size_t)(EXPERTS_MAX_DEPTH * K), sizeof *x->pf_useful_n);
   x->pf_on = true;
   x->pf_phase = PF_PROBE_ON;
   x->pf_left = PF_PROBE_TOKENS;
   x->pf_run = PF_RUN_TOKENS / 2;  // an agreeing first probe runs PF_RUN_TOKENS
   x->pf_pending = mole_malloc((size_t)(EXPERTS_MAX_DEPTH * K) * sizeof *x->pf_pending);
   if (!x->routers || !x->pred_logits || !x->pred || !x->pred_valid || !x->pred_uncached || !x->pf_pending ||
-      !x->pf_useful_at)
+      !x->pf_useful_at || !x->pf_useful_n)
     return mole_errorf(MOLE_ERR_NOMEM, "experts: out of memory for the predictor's %lld routers", (long long)L);
   for (int64_t l = 0; l < L; l++) {
     const model_tensor *g = &x->m->layers[l].gate_inp;
@@ -85,6 +86,7 @@ void experts_predict_free(experts *x) {
   mole_free(x->pred_uncached);
   mole_free(x->pf_pending);
   mole_free(x->pf_useful_at);
+  mole_free(x->pf_useful_n);
 }
 
 typedef struct logits_job {
@@ -171,6 +173,7 @@ void experts_predict(experts *x, int64_t layer, const float *h) {
     x->pred_valid[target * EXPERTS_MAX_DEPTH + d - 1] = true;
     bool *unc = x->pred_uncached + (target * EXPERTS_MAX_DEPTH + d - 1) * K;
     const double *useful = x->pf_useful_at + (d - 1) * K;
+    const int64_t *useful_n = x->pf_useful_n + (d - 1) * K;
     float above = 0;
     for (int64_t k = 0; k < K; k++) {
       const expert_prec pr = experts_prec_of(x, wsum > 0 ? above / wsum : 0);
@@ -180,7 +183,7 @@ void experts_predict(experts *x, int64_t layer, const float *h) {
       if (pr == EXPERT_SKIP || !x->tiered) continue;
       unc[k] = experts_cache_find(&x->cache, pr, target, sel[k]) < 0 &&
                (pr != EXPERT_LOW || experts_cache_find(&x->cache, EXPERT_HIGH, target, sel[k]) < 0);
-      if (x->depth_cfg > 0 || (x->pf_on && useful[k] >= PF_USEFUL_MIN))
+      if (x->depth_cfg > 0 || (x->pf_on && useful_n[k] >= PF_USEFUL_SAMPLES && useful[k] >= PF_USEFUL_MIN))
         x->pf_pending[x->n_pf_pending++] = (target * X + sel[k]) * 2 + pr;
     }
     if (x->trace) experts_trace_write_pred(x->trace, layer, target, K, sel, prec);
@@ -202,8 +205,10 @@ void experts_predict_score(experts *x, int64_t layer, const int32_t *sel, int64_
       ok += used;
       if (!unc[i]) continue;
       x->pf_useful += PF_USEFUL_ALPHA * ((used ? 1.0 : 0.0) - x->pf_useful);
+      // the mean of the samples so far, a moving average once there are enough
       double *u = &x->pf_useful_at[d * k + i];
-      *u += PF_USEFUL_ALPHA * ((used ? 1.0 : 0.0) - *u);
+      const int64_t nu = ++x->pf_useful_n[d * k + i];
+      *u += MOLE_MAX(PF_USEFUL_ALPHA, 1.0 / (double)nu) * ((used ? 1.0 : 0.0) - *u);
     }
     x->step.pred_correct += ok;
     x->step.pred_total += k;

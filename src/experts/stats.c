@@ -41,6 +41,8 @@ void experts_get_stats(const experts *x, experts_stats *o) {
   o->prefetch_paused = x->depth_cfg < 0 && x->pred_uncached && !x->pf_on;
   o->prefetch_on_tokens = x->pf_tokens_on;
   o->stall_gbps = t->stall_us > 0 ? (double)t->demand_bytes / ((double)t->stall_us * 1e3) : -1;
+  const int64_t busy = x->tiered ? experts_io_busy_us(x->io) : 0;
+  o->disk_gbps = busy > 0 && t->bytes_read > 0 ? (double)t->bytes_read / ((double)busy * 1e3) : -1;
 }
 
 static double pct(int64_t a, int64_t b) { return b ? 100.0 * (double)a / (double)b : 0.0; }
@@ -79,6 +81,7 @@ void experts_print_stats(const experts *x, FILE *f) {
           experts_fmt_bytes(b, sizeof b, (double)t->bytes_read / ntok), (long long)t->reads);
   fprintf(f, "experts: I/O stall %.3f s (%.2f ms/token)", (double)t->stall_us / 1e6, (double)t->stall_us / 1e3 / ntok);
   if (s.stall_gbps >= 0) fprintf(f, ", %.2f GB/s of demand reads while stalled", s.stall_gbps);
+  if (s.disk_gbps >= 0) fprintf(f, "; the disk read %.2f GB/s while it had reads", s.disk_gbps);
   fprintf(f, "\n");
   if (t->pred_total) {
     fprintf(f, "experts: prediction accuracy %.1f%% (", 100.0 * s.pred_accuracy);
