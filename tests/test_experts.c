@@ -506,6 +506,27 @@ static void test_trace_replay(void **state) {
   assert_non_null(strstr(mole_last_error(), "line"));
 }
 
+// The adaptive prefetch (depth -1) probes decode tokens with and without
+// prefetching, whatever the timings say afterwards; the logits stay exact.
+static void test_adaptive_prefetch(void **state) {
+  (void)state;
+  enum { NP = 4, ND = 40 };
+  float *ref = malloc(sizeof(float) * (NP + ND) * (size_t)g_vocab), *lg = malloc(sizeof(float) * (NP + ND) * (size_t)g_vocab);
+  mole_offload_params o = offload(0);
+  assert_int_equal(run_n(g_plain, &o, NP, ND, ref, NULL), MOLE_OK);
+  o = offload(16 * 420 * 1024);
+  assert_int_equal(o.prefetch_depth, -1);
+  experts_stats s;
+  assert_int_equal(run_n(g_plain, &o, NP, ND, lg, &s), MOLE_OK);
+  assert_memory_equal(lg, ref, sizeof(float) * (NP + ND) * (size_t)g_vocab);
+  // the first probe: 4 decode tokens with prefetching, 4 without, then a run
+  if (s.prefetch_on_tokens < 4 || s.prefetch_on_tokens > ND)
+    fail_msg("prefetch on for %lld of %d decode tokens", (long long)s.prefetch_on_tokens, ND);
+  assert_true(s.total.pred_total > 0);
+  free(ref);
+  free(lg);
+}
+
 static void test_stats_text(void **state) {
   (void)state;
   mole_model_params mp = mole_model_default_params();
@@ -539,6 +560,7 @@ int main(void) {
       cmocka_unit_test(test_plan_prefers_cached_high), cmocka_unit_test(test_errors),
       cmocka_unit_test(test_release),          cmocka_unit_test(test_waves),
       cmocka_unit_test(test_trace_replay),     cmocka_unit_test(test_stats_text),
+      cmocka_unit_test(test_adaptive_prefetch),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -35,9 +35,9 @@
 #define PF_USEFUL_MIN 0.75
 #define PF_USEFUL_SAMPLES 8  // a kind of prediction is prefetched once measured this often
 #define PF_USEFUL_ALPHA (1.0 / 64)
-#define PF_PROBE_TOKENS 6
-#define PF_RUN_TOKENS 48
-#define PF_RUN_MAX 768
+#define PF_PROBE_TOKENS 4
+#define PF_RUN_TOKENS 64
+#define PF_RUN_MAX 1024
 enum { PF_PROBE_ON, PF_PROBE_OFF, PF_RUN };
 
 mole_status experts_predict_init(experts *x) {
