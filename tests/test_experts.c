@@ -519,8 +519,8 @@ static void test_adaptive_prefetch(void **state) {
   experts_stats s;
   assert_int_equal(run_n(g_plain, &o, NP, ND, lg, &s), MOLE_OK);
   assert_memory_equal(lg, ref, sizeof(float) * (NP + ND) * (size_t)g_vocab);
-  // the first probe: 4 decode tokens with prefetching, 4 without, then a run
-  if (s.prefetch_on_tokens < 4 || s.prefetch_on_tokens > ND)
+  // the first probe: 5 decode tokens with prefetching, 5 without, then a run
+  if (s.prefetch_on_tokens < 5 || s.prefetch_on_tokens > ND)
     fail_msg("prefetch on for %lld of %d decode tokens", (long long)s.prefetch_on_tokens, ND);
   assert_true(s.total.pred_total > 0);
   free(ref);

@@ -57,7 +57,7 @@ struct experts {
   int64_t pf_run;              // tokens of the next run phase: doubles while probes agree
   int64_t pf_t_token;          // when the current decode token began (us; 0 = none yet)
   int64_t pf_tokens_then;      // n_tokens at that time (the next token must follow it)
-  double pf_us[2];             // decode time measured in this round's probes: [off, on]
+  double pf_samp[2][8];        // decode token times (us) measured in this round's probes: [off, on]
   int64_t pf_n[2];             // tokens measured
   int64_t pf_tokens_on;        // decode tokens run with prefetch on (statistics)
   int64_t *pf_pending;         // [EXPERTS_MAX_DEPTH*n_used] prefetches to start after the plan: (target, e, p)

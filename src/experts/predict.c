@@ -13,8 +13,9 @@
 // model's predictability, the budget and the machine. With an adaptive depth
 // (-1) the predictor therefore measures it: a round runs PF_PROBE_TOKENS
 // decode tokens with prefetch, as many without, then PF_RUN_TOKENS with
-// whichever was faster per token (twice as many each time the probe agrees
-// with the last one, up to PF_RUN_MAX), and starts again. It also keeps measuring
+// whichever was faster per token (median token time; prefetch must win by
+// 5%), twice as many each time the probe agrees with the last one, up to
+// PF_RUN_MAX, and starts again. It also keeps measuring
 // how often a predicted expert that was not in RAM is then used, for each
 // distance and rank of the prediction (moving averages, also while it does
 // not prefetch), and prefetches only the predictions whose kind is used at
@@ -35,7 +36,8 @@
 #define PF_USEFUL_MIN 0.75
 #define PF_USEFUL_SAMPLES 8  // a kind of prediction is prefetched once measured this often
 #define PF_USEFUL_ALPHA (1.0 / 64)
-#define PF_PROBE_TOKENS 4
+#define PF_PROBE_TOKENS 5  // the first of each probe is not measured: it inherits the other mode's reads
+#define PF_ON_MARGIN 0.95  // prefetch must be 5% faster (median token) to be kept: it is the riskier mode
 #define PF_RUN_TOKENS 64
 #define PF_RUN_MAX 1024
 enum { PF_PROBE_ON, PF_PROBE_OFF, PF_RUN };
@@ -104,16 +106,25 @@ static void logits_worker(void *ctx, int ith, int nth) {
   for (int64_t r = r0; r < r1; r++) f32->vec_dot(j->n, &j->y[r], j->w + r * j->n, j->h);
 }
 
+static double median(double *v, int64_t n) {
+  if (n <= 0) return 0;
+  for (int64_t i = 1; i < n; i++)  // insertion sort: n <= 8
+    for (int64_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
+      const double t = v[j];
+      v[j] = v[j - 1];
+      v[j - 1] = t;
+    }
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 // Adaptive prefetch: called as each decode token begins; the time since the
 // previous one began is that token's, when nothing else ran in between.
 static void pf_adapt(experts *x) {
   if (x->depth_cfg != -1 || !x->tiered) return;
   const int64_t now = mole_time_us();
   if (x->pf_t_token > 0 && x->n_tokens == x->pf_tokens_then + 1) {
-    if (x->pf_phase != PF_RUN) {
-      x->pf_us[x->pf_on] += (double)(now - x->pf_t_token);
-      x->pf_n[x->pf_on]++;
-    }
+    if (x->pf_phase != PF_RUN && x->pf_left < PF_PROBE_TOKENS && x->pf_n[x->pf_on] < 8)
+      x->pf_samp[x->pf_on][x->pf_n[x->pf_on]++] = (double)(now - x->pf_t_token);
     x->pf_tokens_on += x->pf_on;
     if (--x->pf_left <= 0) {
       if (x->pf_phase == PF_PROBE_ON) {
@@ -121,16 +132,15 @@ static void pf_adapt(experts *x) {
         x->pf_on = false;
         x->pf_left = PF_PROBE_TOKENS;
       } else if (x->pf_phase == PF_PROBE_OFF) {
-        const double on = x->pf_n[1] ? x->pf_us[1] / (double)x->pf_n[1] : 0, off = x->pf_n[0] ? x->pf_us[0] / (double)x->pf_n[0] : 0;
+        const double on = median(x->pf_samp[1], x->pf_n[1]), off = median(x->pf_samp[0], x->pf_n[0]);
         const bool was_on = x->pf_on_last;
         x->pf_phase = PF_RUN;
-        x->pf_on = x->pf_n[1] && x->pf_n[0] && on < off;
+        x->pf_on = x->pf_n[1] && x->pf_n[0] && on < PF_ON_MARGIN * off;
         x->pf_run = x->pf_on == was_on ? MOLE_MIN(2 * x->pf_run, PF_RUN_MAX) : PF_RUN_TOKENS;
         x->pf_on_last = x->pf_on;
         x->pf_left = x->pf_run;
         mole_log(MOLE_LOG_DEBUG, "prefetch probe: %.1f ms/token with, %.1f without: %s", on / 1e3, off / 1e3,
                  x->pf_on ? "on" : "off");
-        x->pf_us[0] = x->pf_us[1] = 0;
         x->pf_n[0] = x->pf_n[1] = 0;
       } else {
         x->pf_phase = PF_PROBE_ON;
