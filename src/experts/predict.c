@@ -12,10 +12,10 @@
 // by the compute time it can hide, so whether prefetch pays depends on the
 // model's predictability, the budget and the machine. With an adaptive depth
 // (-1) the predictor therefore measures it: a round runs PF_PROBE_TOKENS
-// decode tokens with prefetch, as many without, then PF_RUN_TOKENS with
-// whichever was faster per token (median token time; prefetch must win by
-// 5%), twice as many each time the probe agrees with the last one, up to
-// PF_RUN_MAX, and starts again. It also keeps measuring
+// decode tokens with prefetch, then without (see pf_adapt), then
+// PF_RUN_TOKENS with whichever was faster per token (median token time;
+// prefetch must win by 5%), twice as many each time the probe agrees with
+// the last one, up to PF_RUN_MAX, and starts again. It also keeps measuring
 // how often a predicted expert that was not in RAM is then used, for each
 // distance and rank of the prediction (moving averages, also while it does
 // not prefetch), and prefetches only the predictions whose kind is used at
@@ -36,11 +36,12 @@
 #define PF_USEFUL_MIN 0.75
 #define PF_USEFUL_SAMPLES 8  // a kind of prediction is prefetched once measured this often
 #define PF_USEFUL_ALPHA (1.0 / 64)
-#define PF_PROBE_TOKENS 5  // the first of each probe is not measured: it inherits the other mode's reads
+#define PF_PROBE_TOKENS 5
+#define PF_SAMPLES 16  // token times kept per side of a probe (>= 2 * PF_PROBE_TOKENS)
 #define PF_ON_MARGIN 0.95  // prefetch must be 5% faster (median token) to be kept: it is the riskier mode
 #define PF_RUN_TOKENS 64
 #define PF_RUN_MAX 1024
-enum { PF_PROBE_ON, PF_PROBE_OFF, PF_RUN };
+enum { PF_PROBE_ON, PF_PROBE_AFTER, PF_PROBE_OFF, PF_RUN };
 
 mole_status experts_predict_init(experts *x) {
   const model_hparams *hp = &x->m->hp;
@@ -108,7 +109,7 @@ static void logits_worker(void *ctx, int ith, int nth) {
 
 static double median(double *v, int64_t n) {
   if (n <= 0) return 0;
-  for (int64_t i = 1; i < n; i++)  // insertion sort: n <= 8
+  for (int64_t i = 1; i < n; i++)  // insertion sort: n <= PF_SAMPLES
     for (int64_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
       const double t = v[j];
       v[j] = v[j - 1];
@@ -119,18 +120,25 @@ static double median(double *v, int64_t n) {
 
 // Adaptive prefetch: called as each decode token begins; the time since the
 // previous one began is that token's, when nothing else ran in between.
+// A probe runs PF_PROBE_TOKENS tokens with prefetching, as many after it
+// without (they pay for what it did: experts it evicted for predictions that
+// went unused), then as many without as the baseline. Prefetching wins when
+// the median of the first two phases beats the baseline's by PF_ON_MARGIN.
 static void pf_adapt(experts *x) {
   if (x->depth_cfg != -1 || !x->tiered) return;
   const int64_t now = mole_time_us();
   if (x->pf_t_token > 0 && x->n_tokens == x->pf_tokens_then + 1) {
-    if (x->pf_phase != PF_RUN && x->pf_left < PF_PROBE_TOKENS && x->pf_n[x->pf_on] < 8)
-      x->pf_samp[x->pf_on][x->pf_n[x->pf_on]++] = (double)(now - x->pf_t_token);
+    const int side = x->pf_phase == PF_PROBE_OFF ? 0 : 1;
+    if (x->pf_phase != PF_RUN && x->pf_n[side] < PF_SAMPLES)
+      x->pf_samp[side][x->pf_n[side]++] = (double)(now - x->pf_t_token);
     x->pf_tokens_on += x->pf_on;
     if (--x->pf_left <= 0) {
+      x->pf_left = PF_PROBE_TOKENS;
       if (x->pf_phase == PF_PROBE_ON) {
-        x->pf_phase = PF_PROBE_OFF;
+        x->pf_phase = PF_PROBE_AFTER;
         x->pf_on = false;
-        x->pf_left = PF_PROBE_TOKENS;
+      } else if (x->pf_phase == PF_PROBE_AFTER) {
+        x->pf_phase = PF_PROBE_OFF;
       } else if (x->pf_phase == PF_PROBE_OFF) {
         const double on = median(x->pf_samp[1], x->pf_n[1]), off = median(x->pf_samp[0], x->pf_n[0]);
         const bool was_on = x->pf_on_last;
@@ -139,13 +147,12 @@ static void pf_adapt(experts *x) {
         x->pf_run = x->pf_on == was_on ? MOLE_MIN(2 * x->pf_run, PF_RUN_MAX) : PF_RUN_TOKENS;
         x->pf_on_last = x->pf_on;
         x->pf_left = x->pf_run;
-        mole_log(MOLE_LOG_DEBUG, "prefetch probe: %.1f ms/token with, %.1f without: %s", on / 1e3, off / 1e3,
-                 x->pf_on ? "on" : "off");
+        mole_log(MOLE_LOG_DEBUG, "prefetch probe: %.1f ms/token with (and after), %.1f without: %s", on / 1e3,
+                 off / 1e3, x->pf_on ? "on" : "off");
         x->pf_n[0] = x->pf_n[1] = 0;
       } else {
         x->pf_phase = PF_PROBE_ON;
         x->pf_on = true;
-        x->pf_left = PF_PROBE_TOKENS;
       }
     }
   }
