@@ -9,7 +9,8 @@
 #    full HOBBIT configuration (policy hobbit + prefetch + mixed precision);
 #  - quality of mixed precision (KL divergence, top-1 agreement over
 #    KLD_POSITIONS generated positions) for several (T1, T2);
-#  - a table (bench/out/offload.tsv) and PNG plots (bench/out/*.png, gnuplot).
+#  - every configuration PASSES times (in order, then reversed: the disk drifts);
+#    a table of the means (bench/out/offload.tsv) and PNG plots (bench/out/*.png, gnuplot).
 # "disk GB/s" is bytes read / the time reads were in flight (io.c), the rate
 # the disk delivered while mole waited on it or prefetched.
 # Needs root for the cgroups (without it, runs unconstrained and says so).
@@ -77,39 +78,88 @@ RAW_GBS=$(dd if="$PACKED" of=/dev/null bs=16M count=48 iflag=direct 2>&1 | awk '
 echo "raw O_DIRECT read bandwidth: $RAW_GBS GB/s"
 
 TSV=$OUT/offload.tsv
-printf "limit_mib\tconfig\ttg_tps\thit_rate\tmib_per_token\tdisk_gbps\tpeak_mib\toom\n" >"$TSV"
-row() { printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$@" >>"$TSV"; printf "%-6s %-26s %8s t/s  hit %-6s  %8s MiB/tok  disk %6s GB/s  peak %5s MiB  oom %s\n" "$@"; }
+RUNS=$OUT/offload-runs.tsv  # every run; offload.tsv has the mean over the passes
+printf "limit_mib\tconfig\tpass\ttg_tps\thit_rate\tmib_per_token\tdisk_gbps\tpeak_mib\toom\n" >"$RUNS"
+run_row() {  # limit config pass tps hit mib_per_token disk_gbps peak oom
+  printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$@" >>"$RUNS"
+  printf "%-6s %-26s pass %s %8s t/s  hit %-6s  %8s MiB/tok  disk %6s GB/s  peak %5s MiB  oom %s\n" "$@"
+}
 
-mole_cfg() {  # mole_cfg LIMIT NAME flags...
-  local limit=$1 name=$2
-  shift 2
-  local j
-  j=$(in_cgroup "$limit" "$MOLE" bench -m "$PACKED" -p 0 -n "$NGEN" -r 1 -t "$THREADS" --json "$@") || { cg_result; row $((limit >> 20)) "$name" FAIL - - - $((PEAK >> 20)) "${OOM:-0}"; return; }
+llama_cfg() {  # llama_cfg LIMIT PASS
+  local limit=$1 pass=$2 j tps
+  j=$(in_cgroup "$limit" "$LLAMA_BENCH" -m "$SRC" -p 0 -n 16 -r 1 -t "$THREADS" -o json 2>/dev/null) || j="[]"
   cg_result
-  echo "$j" >"$OUT/offload-$((limit >> 20))-$name.json"
+  tps=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("%.2f"%d[0]["avg_ts"] if d else "FAIL")' "$j")
+  run_row $((limit >> 20)) llama.cpp "$pass" "$tps" - - - $((PEAK >> 20)) "${OOM:-0}"
+}
+
+mole_cfg() {  # mole_cfg LIMIT PASS NAME flags...
+  local limit=$1 pass=$2 name=$3
+  shift 3
+  local j
+  j=$(in_cgroup "$limit" "$MOLE" bench -m "$PACKED" -p 0 -n "$NGEN" -r 1 -t "$THREADS" --json "$@") || { cg_result; run_row $((limit >> 20)) "$name" "$pass" FAIL - - - $((PEAK >> 20)) "${OOM:-0}"; return; }
+  cg_result
+  echo "$j" >"$OUT/offload-$((limit >> 20))-$name-$pass.json"
   read -r tps hit mpt sgb < <(python3 -c '
 import json,sys; d=json.loads(sys.argv[1]); o=d["offload"]
 print("%.2f"%d["tg_tps"], "%.3f"%o.get("hit_rate",1), "%.1f"%(o.get("bytes_per_token",0)/1048576), "%.2f"%o.get("disk_gbps",-1))' "$j")
-  row $((limit >> 20)) "$name" "$tps" "$hit" "$mpt" "$sgb" $((PEAK >> 20)) "${OOM:-0}"
+  run_row $((limit >> 20)) "$name" "$pass" "$tps" "$hit" "$mpt" "$sgb" $((PEAK >> 20)) "${OOM:-0}"
 }
 
 # full HOBBIT: the second expert of a token in low precision unless the two
 # weigh about the same (t1 0.5), skipped when it weighs under 1/9 of the pair
 MIXED="--t1 0.5 --t2 0.9"
+CONFIGS=(
+  "lru|--cache-policy lru --prefetch-depth 0"
+  "lfu|--cache-policy lfu --prefetch-depth 0"
+  "lhu|--cache-policy lhu --prefetch-depth 0"
+  "fld|--cache-policy fld --prefetch-depth 0"
+  "hobbit|--cache-policy hobbit --prefetch-depth 0"
+  "hobbit+prefetch|--cache-policy hobbit --prefetch-depth -1"
+  "hobbit+mixed|--cache-policy hobbit --prefetch-depth 0 $MIXED"
+  "hobbit+prefetch+mixed|--cache-policy hobbit --prefetch-depth -1 $MIXED"
+)
+# The disk of a cloud VM drifts over minutes: every configuration runs PASSES
+# times, in order then in reverse order, so drift does not favour the
+# configurations that come first; the table has the means.
+PASSES=${PASSES:-2}
 for frac in 2 4; do
   LIMIT=$((SIZE / frac))
   echo "== memory limit $((LIMIT >> 20)) MiB (1/$frac of the $((SIZE >> 20)) MiB model)"
-  if [ -n "$LLAMA_BENCH" ]; then
-    j=$(in_cgroup "$LIMIT" "$LLAMA_BENCH" -m "$SRC" -p 0 -n 16 -r 1 -t "$THREADS" -o json 2>/dev/null) || j="[]"
-    cg_result
-    tps=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("%.2f"%d[0]["avg_ts"] if d else "FAIL")' "$j")
-    row $((LIMIT >> 20)) llama.cpp "$tps" - - - $((PEAK >> 20)) "${OOM:-0}"
-  fi
-  for pol in lru lfu lhu fld hobbit; do mole_cfg "$LIMIT" "$pol" --cache-policy $pol --prefetch-depth 0; done
-  mole_cfg "$LIMIT" hobbit+prefetch --cache-policy hobbit --prefetch-depth -1
-  mole_cfg "$LIMIT" hobbit+mixed --cache-policy hobbit --prefetch-depth 0 $MIXED
-  mole_cfg "$LIMIT" hobbit+prefetch+mixed --cache-policy hobbit --prefetch-depth -1 $MIXED
+  for pass in $(seq 1 "$PASSES"); do
+    order=("${CONFIGS[@]}")
+    if [ $((pass % 2)) = 0 ]; then
+      order=()
+      for ((i = ${#CONFIGS[@]} - 1; i >= 0; i--)); do order+=("${CONFIGS[$i]}"); done
+    fi
+    [ -n "$LLAMA_BENCH" ] && [ $((pass % 2)) = 1 ] && llama_cfg "$LIMIT" "$pass"
+    for c in "${order[@]}"; do
+      # shellcheck disable=SC2086
+      mole_cfg "$LIMIT" "$pass" "${c%%|*}" ${c#*|}
+    done
+    [ -n "$LLAMA_BENCH" ] && [ $((pass % 2)) = 0 ] && llama_cfg "$LIMIT" "$pass"
+  done
 done
+python3 - "$RUNS" "$TSV" <<'PY'
+import csv,sys
+rows=list(csv.DictReader(open(sys.argv[1]),delimiter="\t"))
+out=open(sys.argv[2],"w")
+cols=["limit_mib","config","tg_tps","hit_rate","mib_per_token","disk_gbps","peak_mib","oom"]
+out.write("\t".join(cols)+"\n")
+print("== means over the passes")
+seen=[]
+for r in rows:
+    k=(r["limit_mib"],r["config"])
+    if k not in seen: seen.append(k)
+for k in seen:
+    g=[r for r in rows if (r["limit_mib"],r["config"])==k]
+    def mean(c):
+        v=[float(r[c]) for r in g if r[c] not in ("-","FAIL")]
+        return ("%.3f"%(sum(v)/len(v)) if c=="hit_rate" else "%.2f"%(sum(v)/len(v))) if v else ("FAIL" if any(r[c]=="FAIL" for r in g) else "-")
+    vals=[k[0],k[1],mean("tg_tps"),mean("hit_rate"),mean("mib_per_token"),mean("disk_gbps"),str(max(int(r["peak_mib"]) for r in g)),str(max(int(r["oom"] or 0) for r in g))]
+    out.write("\t".join(vals)+"\n")
+    print("%-6s %-26s %8s t/s (%s)  hit %-6s  %8s MiB/tok  disk %6s GB/s  peak %5s MiB  oom %s"%(vals[0],vals[1],vals[2]," ".join(r["tg_tps"] for r in g),vals[3],vals[4],vals[5],vals[6],vals[7]))
+PY
 
 echo "== quality of mixed precision ($KLD_POSITIONS positions, against high precision)"
 KT=$OUT/offload-kld.tsv
