@@ -239,15 +239,26 @@ static bool loading_unpinned(const experts *x) {
   return false;
 }
 
+// A wait for reads: its time, and the bytes the disk delivered meanwhile.
+static void stall_begin(experts *x) {
+  experts_reap(x, false);  // completions already there arrived before the wait
+  x->stall_t0 = mole_time_us();
+  x->stall_b0 = experts_io_bytes_done(x->io);
+}
+static void stall_end(experts *x) {
+  x->step.stall_us += mole_time_us() - x->stall_t0;
+  x->step.stall_bytes += (int64_t)(experts_io_bytes_done(x->io) - x->stall_b0);
+}
+
 mole_status experts_load(experts *x, int p, int64_t layer, int64_t e, int64_t layer_now, bool soft) {
   experts_cache *c = &x->cache;
   int64_t s = experts_cache_victim(c, p, layer_now, !soft);
   // every evictable slot is still being read (prefetches): wait for them to land
   // (in either precision: the pools share the arena)
   while (s < 0 && !soft && loading_unpinned(x)) {
-    const int64_t t0 = mole_time_us();
+    stall_begin(x);
     experts_reap(x, true);
-    x->step.stall_us += mole_time_us() - t0;
+    stall_end(x);
     s = experts_cache_victim(c, p, layer_now, true);
   }
   if (s < 0) return MOLE_ERR_NOMEM;
@@ -436,13 +447,14 @@ mole_status experts_get(experts *x, int64_t layer, int32_t e, expert_prec p, exp
       s = experts_cache_find(c, p, layer, e);
     }
     const experts_slot *sl = &c->slots[p][s];
+    if (sl->state == EXPERTS_SLOT_LOADING) experts_reap(x, false);  // what landed before is no stall
     if (sl->state == EXPERTS_SLOT_LOADING) {
-      const int64_t t0 = mole_time_us();
+      stall_begin(x);
       while (sl->state == EXPERTS_SLOT_LOADING) {
         MOLE_ASSERT(experts_io_in_flight(x->io) > 0);
         experts_reap(x, true);
       }
-      x->step.stall_us += mole_time_us() - t0;
+      stall_end(x);
     }
     experts_extent ext[3];
     size_t mb[3];
@@ -501,6 +513,7 @@ static void counts_add(experts_counts *a, const experts_counts *b) {
   a->reads += b->reads;
   a->demand_bytes += b->demand_bytes;
   a->stall_us += b->stall_us;
+  a->stall_bytes += b->stall_bytes;
   a->prefetches += b->prefetches;
   a->prefetch_unused += b->prefetch_unused;
   a->pred_correct += b->pred_correct;

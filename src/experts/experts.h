@@ -86,6 +86,7 @@ typedef struct experts_counts {
   int64_t reads;             // experts read from disk
   int64_t demand_bytes;      // bytes of the demand reads
   int64_t stall_us;          // time the forward pass waited for reads
+  int64_t stall_bytes;       // bytes the disk delivered meanwhile
   int64_t prefetches;        // experts the predictor started reading
   int64_t prefetch_unused;   // prefetched copies their layer did not use
   int64_t pred_correct;      // predicted experts the router then chose
@@ -114,7 +115,7 @@ typedef struct experts_stats {
   int64_t pred_correct_at[EXPERTS_MAX_DEPTH], pred_total_at[EXPERTS_MAX_DEPTH];  // by distance 1..
   double hit_rate;            // hits / (hits + misses) over both precisions; -1 without requests
   double pred_accuracy;       // pred_correct / pred_total; -1 when nothing was predicted
-  double stall_gbps;          // demand bytes / stall time (GB/s); -1 without stalls
+  double stall_gbps;          // bytes delivered while stalled / stall time (GB/s); -1 without stalls
   double disk_gbps;           // bytes read / time with reads in flight (GB/s); -1 without reads
   double prefetch_useful;     // how often a predicted expert not in RAM was then used (moving average)
   bool prefetch_paused;       // adaptive depth: not prefetching now (too rare a use, or slower when probed)

@@ -29,6 +29,8 @@ struct experts {
   int64_t n_loading[2];        // slots being read per pool
   experts_io_done *done;       // [io requests]
   int64_t max_io;
+  int64_t stall_t0;            // the current wait for reads: start (us) and bytes delivered then
+  uint64_t stall_b0;
   int64_t layer_now;           // the layer planned last (-1 after experts_layer_done)
   uint8_t *gstate;             // [2*n_expert] its groups (2*expert + precision): GRP_*
   bool refill;                 // slots were released: start the reads of groups still without one

@@ -51,6 +51,7 @@ struct experts_io {
   int64_t done_head, done_n;
   int64_t in_flight;             // requests not yet reaped
   int64_t busy_us, busy_since;   // time with reads in flight: closed intervals, start of the open one
+  uint64_t bytes_done;           // bytes the device delivered (counted per chunk as it completes)
   io_chunk chunks[IO_QD];        // io_uring chunks in flight
   int32_t chunks_out;
   // pread pool
@@ -140,6 +141,7 @@ static void *worker(void *arg) {
       got += (size_t)n;
     }
     pthread_mutex_lock(&io->mu);
+    io->bytes_done += got;
     if (err && !q->err) q->err = err;
     req_finish_chunk(io, r, bg);
     pthread_cond_broadcast(&io->cv_done);
@@ -178,6 +180,7 @@ static void uring_complete(experts_io *io, struct io_uring_cqe *cqe) {
   io_req *q = &io->reqs[ch->req];
   const int res = cqe->res;
   io_uring_cqe_seen(&io->ring, cqe);
+  if (res > 0) io->bytes_done += (uint64_t)res;
   if (res == -EINTR || res == -EAGAIN || (res > 0 && (size_t)res < ch->len && !at_eof(io, q, ch->pos, (size_t)res))) {
     // resubmit what is left of the chunk
     const size_t got = res > 0 ? (size_t)res : 0;
@@ -375,6 +378,13 @@ int experts_io_reap(experts_io *io, bool wait, experts_io_done *done, int max) {
   }
   unlock(io);
   return n;
+}
+
+uint64_t experts_io_bytes_done(experts_io *io) {
+  lock(io);
+  const uint64_t b = io->bytes_done;
+  unlock(io);
+  return b;
 }
 
 int64_t experts_io_busy_us(const experts_io *io) {

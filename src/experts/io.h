@@ -45,5 +45,8 @@ int64_t experts_io_in_flight(const experts_io *io);
 // from the first submission to the reap of the last): the disk's busy time
 // as the caller sees it (completions are noticed when reaped, so it errs long).
 int64_t experts_io_busy_us(const experts_io *io);
+// Bytes the device has delivered so far, as chunks complete (the pread
+// workers count as they finish; io_uring completions are counted when reaped).
+uint64_t experts_io_bytes_done(experts_io *io);
 
 #endif

@@ -40,7 +40,7 @@ void experts_get_stats(const experts *x, experts_stats *o) {
   o->prefetch_useful = x->pred_uncached ? x->pf_useful : -1;
   o->prefetch_paused = x->depth_cfg < 0 && x->pred_uncached && !x->pf_on;
   o->prefetch_on_tokens = x->pf_tokens_on;
-  o->stall_gbps = t->stall_us > 0 ? (double)t->demand_bytes / ((double)t->stall_us * 1e3) : -1;
+  o->stall_gbps = t->stall_us > 0 ? (double)t->stall_bytes / ((double)t->stall_us * 1e3) : -1;
   const int64_t busy = x->tiered ? experts_io_busy_us(x->io) : 0;
   o->disk_gbps = busy > 0 && t->bytes_read > 0 ? (double)t->bytes_read / ((double)busy * 1e3) : -1;
 }
@@ -80,7 +80,7 @@ void experts_print_stats(const experts *x, FILE *f) {
           (long long)s.tokens, (long long)s.steps, (long long)t->skips, experts_fmt_bytes(a, sizeof a, (double)t->bytes_read),
           experts_fmt_bytes(b, sizeof b, (double)t->bytes_read / ntok), (long long)t->reads);
   fprintf(f, "experts: I/O stall %.3f s (%.2f ms/token)", (double)t->stall_us / 1e6, (double)t->stall_us / 1e3 / ntok);
-  if (s.stall_gbps >= 0) fprintf(f, ", %.2f GB/s of demand reads while stalled", s.stall_gbps);
+  if (s.stall_gbps >= 0) fprintf(f, ", the disk delivering %.2f GB/s meanwhile", s.stall_gbps);
   if (s.disk_gbps >= 0) fprintf(f, "; the disk read %.2f GB/s while it had reads", s.disk_gbps);
   fprintf(f, "\n");
   if (t->pred_total) {
