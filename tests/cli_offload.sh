@@ -82,6 +82,10 @@ check cachesim-lru 0 "lru     hit rate" -- "$M" cachesim --trace "$T/r.trace" --
 check cachesim-json 0 '"policy": "hobbit"' -- "$M" cachesim --trace "$T/r.trace" --budget 50% --cache-policy hobbit \
   --cache-weights 0.25,0.25,0.25,0.25 --json
 check cachesim-small 1 "a token needs 2" -- "$M" cachesim --trace "$T/r.trace" --budget 100KiB
+# a prompt in one batch with a budget below a layer's experts: replayed in waves, as it ran
+check run-waves-trace 0 "experts: tiered" -- "$M" run -m "$T/m.gguf" --tokens $TOK -n 4 --ids --expert-budget 2MiB \
+  --stats --trace-routing "$T/w.trace"
+check cachesim-waves 0 "hobbit" -- "$M" cachesim --trace "$T/w.trace" --budget 2MiB --cache-policy hobbit
 check cachesim-no-trace 2 "--trace FILE is required" -- "$M" cachesim --budget 1GiB
 check bench-offload 0 "tg" -- "$M" bench -m "$T/m.gguf" -p 8 -n 8 -r 1 --expert-budget 4MiB
 

@@ -61,7 +61,8 @@ static mole_status bad_line(const sim *s, const char *what) {
   return mole_errorf(MOLE_ERR_FORMAT, "%s: line %lld: %s", s->path, (long long)s->line, what);
 }
 
-// Brings (layer, e, p) in: a hit, or a miss that takes the lowest-priority slot.
+// Brings (layer, e, p) in: a hit, or a miss that takes the lowest-priority
+// slot; MOLE_ERR_NOMEM (no message) when every slot is pinned.
 static mole_status sim_load(sim *s, int p, int64_t layer, int64_t e, int64_t layer_now, bool soft) {
   experts_cache *c = &s->c;
   int64_t slot = experts_cache_find(c, p, layer, e);
@@ -81,11 +82,7 @@ static mole_status sim_load(sim *s, int p, int64_t layer, int64_t e, int64_t lay
   } else {
     if (soft && c->n_soft[p] >= s->soft_cap[p]) return MOLE_OK;
     slot = experts_cache_victim(c, p, layer_now, !soft);
-    if (slot < 0) {
-      if (soft) return MOLE_OK;
-      return mole_errorf(MOLE_ERR_ARG, "%s: line %lld: the budget's %lld %s-precision slots cannot hold layer %lld's experts",
-                         s->path, (long long)s->line, (long long)c->n_slots[p], p ? "low" : "high", (long long)layer);
-    }
+    if (slot < 0) return soft ? MOLE_OK : MOLE_ERR_NOMEM;  // no message: the caller decides
     experts_cache_assign(c, p, slot, layer, e);
     c->slots[p][slot].state = EXPERTS_SLOT_READY;
     s->r->c.bytes_read += s->r->h.slot_bytes[p];
@@ -114,6 +111,14 @@ static void sim_release(sim *s, int64_t layer) {
         sl->prefetched = false;
       }
     }
+}
+
+static void sim_unpin(sim *s, int64_t layer, const int64_t *req, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    const int p = (int)(req[i] % 2);
+    const int64_t slot = experts_cache_find(&s->c, p, layer, req[i] / 2);
+    s->c.slots[p][slot].pinned = false;
+  }
 }
 
 // "L layer e:p:n ... skip S"
@@ -146,15 +151,23 @@ static mole_status sim_layer(sim *s, char *rest) {
     experts_cache_touch(c, layer, e, n, p == 0 ? n : 0);
     req[n_req++] = e * 2 + p;
   }
-  for (int64_t i = 0; i < n_req; i++) {
-    mole_status st = sim_load(s, (int)(req[i] % 2), layer, req[i] / 2, layer, false);
-    if (st) return st;
-  }
+  // as the forward pass does: when the layer's experts do not all fit, the
+  // ones pinned so far are computed and released (a wave), then the rest
+  int64_t wave = 0;  // requests [wave, i) are pinned
   for (int64_t i = 0; i < n_req; i++) {
     const int p = (int)(req[i] % 2);
-    const int64_t slot = experts_cache_find(c, p, layer, req[i] / 2);
-    c->slots[p][slot].pinned = false;
+    mole_status st = sim_load(s, p, layer, req[i] / 2, layer, false);
+    if (st == MOLE_ERR_NOMEM && i > wave) {
+      sim_unpin(s, layer, req + wave, i - wave);
+      wave = i;
+      st = sim_load(s, p, layer, req[i] / 2, layer, false);
+    }
+    if (st == MOLE_ERR_NOMEM)
+      return mole_errorf(MOLE_ERR_ARG, "%s: line %lld: the budget's %lld %s-precision slots cannot hold one of layer %lld's experts",
+                         s->path, (long long)s->line, (long long)c->n_slots[p], p ? "low" : "high", (long long)layer);
+    if (st) return st;
   }
+  sim_unpin(s, layer, req + wave, n_req - wave);
   sim_release(s, layer);
   return MOLE_OK;
 }
