@@ -54,12 +54,14 @@ struct experts {
   // without prefetching, then many with whichever was faster
   bool pf_on;                  // prefetching in the current phase
   bool pf_on_last;             // what the last probe chose
+  int pf_wins;                 // consecutive probes prefetching won (it is kept from the second)
   int pf_phase;                // PF_PROBE_ON, PF_PROBE_AFTER, PF_PROBE_OFF, PF_RUN
   int64_t pf_left;             // decode tokens left in the phase
   int64_t pf_run;              // tokens of the next run phase: doubles while probes agree
   int64_t pf_t_token;          // when the current decode token began (us; 0 = none yet)
   int64_t pf_tokens_then;      // n_tokens at that time (the next token must follow it)
   double pf_samp[2][16];       // decode token times (us) in this round's probe: [without, with and after]
+  double pf_bytes[2], pf_stall[2], pf_time[2];  // the same tokens' bytes read, stall and total time (sums)
   int64_t pf_n[2];             // tokens measured
   int64_t pf_tokens_on;        // decode tokens run with prefetch on (statistics)
   int64_t *pf_pending;         // [EXPERTS_MAX_DEPTH*n_used] prefetches to start after the plan: (target, e, p)

@@ -39,6 +39,7 @@
 #define PF_PROBE_TOKENS 5
 #define PF_SAMPLES 16  // token times kept per side of a probe (>= 2 * PF_PROBE_TOKENS)
 #define PF_ON_MARGIN 0.95  // prefetch must be 5% faster (median token) to be kept: it is the riskier mode
+#define PF_BYTES_MARGIN 1.03  // ... and, when decoding mostly waits on the disk, read at most 3% more per token
 #define PF_RUN_TOKENS 64
 #define PF_RUN_MAX 1024
 enum { PF_PROBE_ON, PF_PROBE_AFTER, PF_PROBE_OFF, PF_RUN };
@@ -123,14 +124,21 @@ static double median(double *v, int64_t n) {
 // A probe runs PF_PROBE_TOKENS tokens with prefetching, as many after it
 // without (they pay for what it did: experts it evicted for predictions that
 // went unused), then as many without as the baseline. Prefetching wins when
-// the median of the first two phases beats the baseline's by PF_ON_MARGIN.
+// the median of the first two phases beats the baseline's by PF_ON_MARGIN
+// and, when the baseline spent over half its time waiting for reads, they
+// read at most PF_BYTES_MARGIN times its bytes per token. A few tokens'
+// times are noisy, so prefetching is kept only from its second win in a row.
 static void pf_adapt(experts *x) {
   if (x->depth_cfg != -1 || !x->tiered) return;
   const int64_t now = mole_time_us();
   if (x->pf_t_token > 0 && x->n_tokens == x->pf_tokens_then + 1) {
     const int side = x->pf_phase == PF_PROBE_OFF ? 0 : 1;
-    if (x->pf_phase != PF_RUN && x->pf_n[side] < PF_SAMPLES)
+    if (x->pf_phase != PF_RUN && x->pf_n[side] < PF_SAMPLES) {
       x->pf_samp[side][x->pf_n[side]++] = (double)(now - x->pf_t_token);
+      x->pf_bytes[side] += (double)x->last.bytes_read;
+      x->pf_stall[side] += (double)x->last.stall_us;
+      x->pf_time[side] += (double)(now - x->pf_t_token);
+    }
     x->pf_tokens_on += x->pf_on;
     if (--x->pf_left <= 0) {
       x->pf_left = PF_PROBE_TOKENS;
@@ -143,13 +151,21 @@ static void pf_adapt(experts *x) {
         const double on = median(x->pf_samp[1], x->pf_n[1]), off = median(x->pf_samp[0], x->pf_n[0]);
         const bool was_on = x->pf_on_last;
         x->pf_phase = PF_RUN;
-        x->pf_on = x->pf_n[1] && x->pf_n[0] && on < PF_ON_MARGIN * off;
+        // token times are noisy (the disk drifts); bytes are not: while
+        // decoding waits on the disk, a prefetch that reads more per token
+        // cannot be faster, whatever a few tokens' times say
+        const double b_on = x->pf_n[1] ? x->pf_bytes[1] / (double)x->pf_n[1] : 0;
+        const double b_off = x->pf_n[0] ? x->pf_bytes[0] / (double)x->pf_n[0] : 0;
+        const bool disk_bound = x->pf_time[0] > 0 && x->pf_stall[0] > 0.5 * x->pf_time[0];
+        const bool won = x->pf_n[1] && x->pf_n[0] && on < PF_ON_MARGIN * off && !(disk_bound && b_on > PF_BYTES_MARGIN * b_off);
+        x->pf_wins = won ? x->pf_wins + 1 : 0;
+        x->pf_on = x->pf_wins >= 2;
         x->pf_run = x->pf_on == was_on ? MOLE_MIN(2 * x->pf_run, PF_RUN_MAX) : PF_RUN_TOKENS;
         x->pf_on_last = x->pf_on;
         x->pf_left = x->pf_run;
         mole_log(MOLE_LOG_DEBUG, "prefetch probe: %.1f ms/token with (and after), %.1f without: %s", on / 1e3,
                  off / 1e3, x->pf_on ? "on" : "off");
-        x->pf_n[0] = x->pf_n[1] = 0;
+        for (int k = 0; k < 2; k++) x->pf_n[k] = 0, x->pf_bytes[k] = x->pf_stall[k] = x->pf_time[k] = 0;
       } else {
         x->pf_phase = PF_PROBE_ON;
         x->pf_on = true;
