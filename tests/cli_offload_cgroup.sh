@@ -60,6 +60,9 @@ run_limited() {  # run_limited NAME EXTRA_FLAGS...
   fi
   [ "${oom:-0}" = 0 ] || { echo "FAIL $name: OOM-killed"; fails=$((fails + 1)); }
   [ "$peak" -le "$limit" ] || { echo "FAIL $name: peak $peak > limit $limit"; fails=$((fails + 1)); }
+  # the kernel caps usage at the limit by reclaiming (failcnt counts each
+  # time it had to): mole's budget must leave it nothing to reclaim
+  [ "$failcnt" = 0 ] || { echo "FAIL $name: the cgroup hit its limit $failcnt times"; fails=$((fails + 1)); }
   grep -q "experts: tiered" "$T/err" || { echo "FAIL $name: not tiered"; fails=$((fails + 1)); }
   [ "$out" = "$want" ] || { echo "FAIL $name: tokens '$out' != resident '$want'"; fails=$((fails + 1)); }
 }
