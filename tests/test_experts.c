@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "experts/experts.h"
+#include "experts/experts_internal.h"
 #include "experts/pack.h"
 #include "experts/trace.h"
 #include "model/model.h"
@@ -527,6 +528,33 @@ static void test_adaptive_prefetch(void **state) {
   free(lg);
 }
 
+// The probe's verdict: faster by 5% at the median, and not reading more per
+// token while decoding waits on the disk.
+static void test_prefetch_verdict(void **state) {
+  (void)state;
+  double on[5], off[5];
+  const double base[5] = {50e3, 52e3, 49e3, 90e3, 51e3};  // us; one outlier
+  experts_probe_side w, wo;
+#define PROBE(scale_on, bytes_on, stall_off)                                      \
+  do {                                                                            \
+    for (int i = 0; i < 5; i++) on[i] = base[i] * (scale_on), off[i] = base[i];   \
+    w = (experts_probe_side){on, 5, 5 * (bytes_on), 0};                           \
+    wo = (experts_probe_side){off, 5, 5 * 100e6, (stall_off) * (5 * 50e3)};      \
+  } while (0)
+  PROBE(0.80, 100e6, 0.8);  // 20% faster, same bytes
+  assert_true(experts_prefetch_won(&w, &wo));
+  PROBE(0.97, 100e6, 0.8);  // within the margin
+  assert_false(experts_prefetch_won(&w, &wo));
+  PROBE(0.80, 110e6, 0.8);  // faster on a few tokens, but reads 10% more while disk-bound
+  assert_false(experts_prefetch_won(&w, &wo));
+  PROBE(0.80, 110e6, 0.2);  // reads more, but decoding was not waiting on the disk
+  assert_true(experts_prefetch_won(&w, &wo));
+  PROBE(0.80, 100e6, 0.8);
+  w.n = 0;  // nothing measured with prefetching
+  assert_false(experts_prefetch_won(&w, &wo));
+#undef PROBE
+}
+
 static void test_stats_text(void **state) {
   (void)state;
   mole_model_params mp = mole_model_default_params();
@@ -560,7 +588,7 @@ int main(void) {
       cmocka_unit_test(test_plan_prefers_cached_high), cmocka_unit_test(test_errors),
       cmocka_unit_test(test_release),          cmocka_unit_test(test_waves),
       cmocka_unit_test(test_trace_replay),     cmocka_unit_test(test_stats_text),
-      cmocka_unit_test(test_adaptive_prefetch),
+      cmocka_unit_test(test_adaptive_prefetch), cmocka_unit_test(test_prefetch_verdict),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

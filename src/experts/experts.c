@@ -38,6 +38,13 @@ static int64_t headroom_bytes(const mole_model *m) {
   return kv + model_scratch_bytes(m, batch, ctx) + routers + ((int64_t)32 << 20);
 }
 
+// Bytes a slot of precision p takes in the arena: slots start on
+// read-aligned offsets (the sizes already are multiples).
+static int64_t slot_span(const experts_store *st, int p) {
+  const int64_t a = EXPERTS_IO_ALIGN;
+  return ((int64_t)st->slot_bytes[p] + a - 1) / a * a;
+}
+
 // Picks resident or tiered and the budget from --expert-budget.
 static mole_status choose_budget(experts *x) {
   const mole_offload_params *o = &x->m->offload;
@@ -78,8 +85,7 @@ static mole_status choose_budget(experts *x) {
   // precision in use; open_tiered rejects less) the run could not proceed:
   // take that and say so. A prompt batch needing more of a layer at once is
   // computed in waves (moe_ffn releases computed groups).
-  const int64_t A_ = EXPERTS_IO_ALIGN;
-  const int64_t H = ((int64_t)st->slot_bytes[0] + A_ - 1) / A_ * A_, Lo = ((int64_t)st->slot_bytes[1] + A_ - 1) / A_ * A_;
+  const int64_t H = slot_span(st, 0), Lo = slot_span(st, 1);
   const int64_t floor = x->m->hp.n_expert_used * (H + (x->low_in_use ? Lo : 0));
   if (x->budget < floor) {
     mole_log(MOLE_LOG_WARN, "only %s is left for experts under %s; using the least a token needs (%s: %lld experts%s)",
@@ -95,9 +101,7 @@ static mole_status open_tiered(experts *x) {
   const model_hparams *hp = &x->m->hp;
   const int64_t X = hp->n_expert, L = hp->n_layer, K = hp->n_expert_used;
   const experts_store *st = &x->store;
-  // slots start on read-aligned offsets (the sizes already are multiples)
-  const int64_t A_ = EXPERTS_IO_ALIGN;
-  const int64_t H = ((int64_t)st->slot_bytes[0] + A_ - 1) / A_ * A_, Lo = ((int64_t)st->slot_bytes[1] + A_ - 1) / A_ * A_;
+  const int64_t H = slot_span(st, 0), Lo = slot_span(st, 1);
   // one arena for both precisions: never more than every expert in each takes
   int64_t arena = x->budget / EXPERTS_IO_ALIGN * EXPERTS_IO_ALIGN;
   arena = MOLE_MIN(arena, L * X * (H + (x->low_in_use ? Lo : 0)));
@@ -447,7 +451,6 @@ mole_status experts_get(experts *x, int64_t layer, int32_t e, expert_prec p, exp
       s = experts_cache_find(c, p, layer, e);
     }
     const experts_slot *sl = &c->slots[p][s];
-    if (sl->state == EXPERTS_SLOT_LOADING) experts_reap(x, false);  // what landed before is no stall
     if (sl->state == EXPERTS_SLOT_LOADING) {
       stall_begin(x);
       while (sl->state == EXPERTS_SLOT_LOADING) {

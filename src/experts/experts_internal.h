@@ -53,15 +53,14 @@ struct experts {
   // adaptive prefetch (predict.c): rounds of a few decode tokens with and
   // without prefetching, then many with whichever was faster
   bool pf_on;                  // prefetching in the current phase
-  bool pf_on_last;             // what the last probe chose
-  int pf_wins;                 // consecutive probes prefetching won (it is kept from the second)
+  int pf_wins;                 // consecutive probes prefetching won (on from the second)
   int pf_phase;                // PF_PROBE_ON, PF_PROBE_AFTER, PF_PROBE_OFF, PF_RUN
   int64_t pf_left;             // decode tokens left in the phase
   int64_t pf_run;              // tokens of the next run phase: doubles while probes agree
   int64_t pf_t_token;          // when the current decode token began (us; 0 = none yet)
   int64_t pf_tokens_then;      // n_tokens at that time (the next token must follow it)
   double pf_samp[2][16];       // decode token times (us) in this round's probe: [without, with and after]
-  double pf_bytes[2], pf_stall[2], pf_time[2];  // the same tokens' bytes read, stall and total time (sums)
+  double pf_bytes[2], pf_stall[2];  // the same tokens' bytes read and time waiting for reads (sums)
   int64_t pf_n[2];             // tokens measured
   int64_t pf_tokens_on;        // decode tokens run with prefetch on (statistics)
   int64_t *pf_pending;         // [EXPERTS_MAX_DEPTH*n_used] prefetches to start after the plan: (target, e, p)
@@ -84,6 +83,17 @@ mole_status experts_predict_init(experts *x);
 void experts_predict_free(experts *x);
 // Checks the predictions made for `layer` against its routing (sel [k]).
 void experts_predict_score(experts *x, int64_t layer, const int32_t *sel, int64_t k);
+// One side of a prefetch probe: decode token times (us, reordered by the
+// call), and the bytes read and time stalled summed over those tokens.
+typedef struct experts_probe_side {
+  double *us;
+  int64_t n;
+  double bytes, stall_us;
+} experts_probe_side;
+// Whether prefetching won a probe: its median token (with the tokens after
+// it) is 5% faster than without, and, when decoding without it spent over
+// half its time waiting for reads, it read at most 3% more per token.
+bool experts_prefetch_won(experts_probe_side *with, experts_probe_side *without);
 // Starts the prefetches predict() queued for after this layer's demand reads.
 void experts_prefetch_start(experts *x, int64_t layer);
 // Releases the soft pins of prefetched copies for `layer` (-1: all).

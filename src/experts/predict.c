@@ -119,15 +119,26 @@ static double median(double *v, int64_t n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+bool experts_prefetch_won(experts_probe_side *with, experts_probe_side *without) {
+  if (with->n == 0 || without->n == 0) return false;
+  double t_off = 0;
+  for (int64_t i = 0; i < without->n; i++) t_off += without->us[i];
+  const double on = median(with->us, with->n), off = median(without->us, without->n);
+  mole_log(MOLE_LOG_DEBUG, "prefetch probe: %.1f ms/token with (and after), %.1f without", on / 1e3, off / 1e3);
+  // token times are noisy (the disk drifts); bytes are not: while decoding
+  // waits on the disk, a prefetch that reads more per token cannot be faster
+  const bool disk_bound = without->stall_us > 0.5 * t_off;
+  const double b_on = with->bytes / (double)with->n, b_off = without->bytes / (double)without->n;
+  return on < PF_ON_MARGIN * off && !(disk_bound && b_on > PF_BYTES_MARGIN * b_off);
+}
+
 // Adaptive prefetch: called as each decode token begins; the time since the
 // previous one began is that token's, when nothing else ran in between.
 // A probe runs PF_PROBE_TOKENS tokens with prefetching, as many after it
 // without (they pay for what it did: experts it evicted for predictions that
-// went unused), then as many without as the baseline. Prefetching wins when
-// the median of the first two phases beats the baseline's by PF_ON_MARGIN
-// and, when the baseline spent over half its time waiting for reads, they
-// read at most PF_BYTES_MARGIN times its bytes per token. A few tokens'
-// times are noisy, so prefetching is kept only from its second win in a row.
+// went unused), then as many without as the baseline (experts_prefetch_won
+// judges). A few tokens' times are noisy, so prefetching is kept only from
+// its second win in a row.
 static void pf_adapt(experts *x) {
   if (x->depth_cfg != -1 || !x->tiered) return;
   const int64_t now = mole_time_us();
@@ -137,7 +148,6 @@ static void pf_adapt(experts *x) {
       x->pf_samp[side][x->pf_n[side]++] = (double)(now - x->pf_t_token);
       x->pf_bytes[side] += (double)x->last.bytes_read;
       x->pf_stall[side] += (double)x->last.stall_us;
-      x->pf_time[side] += (double)(now - x->pf_t_token);
     }
     x->pf_tokens_on += x->pf_on;
     if (--x->pf_left <= 0) {
@@ -148,24 +158,15 @@ static void pf_adapt(experts *x) {
       } else if (x->pf_phase == PF_PROBE_AFTER) {
         x->pf_phase = PF_PROBE_OFF;
       } else if (x->pf_phase == PF_PROBE_OFF) {
-        const double on = median(x->pf_samp[1], x->pf_n[1]), off = median(x->pf_samp[0], x->pf_n[0]);
-        const bool was_on = x->pf_on_last;
-        x->pf_phase = PF_RUN;
-        // token times are noisy (the disk drifts); bytes are not: while
-        // decoding waits on the disk, a prefetch that reads more per token
-        // cannot be faster, whatever a few tokens' times say
-        const double b_on = x->pf_n[1] ? x->pf_bytes[1] / (double)x->pf_n[1] : 0;
-        const double b_off = x->pf_n[0] ? x->pf_bytes[0] / (double)x->pf_n[0] : 0;
-        const bool disk_bound = x->pf_time[0] > 0 && x->pf_stall[0] > 0.5 * x->pf_time[0];
-        const bool won = x->pf_n[1] && x->pf_n[0] && on < PF_ON_MARGIN * off && !(disk_bound && b_on > PF_BYTES_MARGIN * b_off);
-        x->pf_wins = won ? x->pf_wins + 1 : 0;
+        experts_probe_side with = {x->pf_samp[1], x->pf_n[1], x->pf_bytes[1], x->pf_stall[1]};
+        experts_probe_side without = {x->pf_samp[0], x->pf_n[0], x->pf_bytes[0], x->pf_stall[0]};
+        const bool was_on = x->pf_wins >= 2;
+        x->pf_wins = experts_prefetch_won(&with, &without) ? x->pf_wins + 1 : 0;
         x->pf_on = x->pf_wins >= 2;
+        x->pf_phase = PF_RUN;
         x->pf_run = x->pf_on == was_on ? MOLE_MIN(2 * x->pf_run, PF_RUN_MAX) : PF_RUN_TOKENS;
-        x->pf_on_last = x->pf_on;
         x->pf_left = x->pf_run;
-        mole_log(MOLE_LOG_DEBUG, "prefetch probe: %.1f ms/token with (and after), %.1f without: %s", on / 1e3,
-                 off / 1e3, x->pf_on ? "on" : "off");
-        for (int k = 0; k < 2; k++) x->pf_n[k] = 0, x->pf_bytes[k] = x->pf_stall[k] = x->pf_time[k] = 0;
+        for (int k = 0; k < 2; k++) x->pf_n[k] = 0, x->pf_bytes[k] = x->pf_stall[k] = 0;
       } else {
         x->pf_phase = PF_PROBE_ON;
         x->pf_on = true;
