@@ -38,7 +38,13 @@ int main(int argc, char **argv) {
   size_t bytes = (size_t)mib << 20;
   void *buf = mole_aligned_alloc(64, bytes);
   if (!buf) return 1;
-  memset(buf, 1, bytes);
+  // random contents: identical pages could be merged by the host (KSM) and
+  // then read from cache
+  uint64_t s = 88172645463325252ull;
+  for (size_t i = 0; i < bytes / 8; i++) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    ((uint64_t *)buf)[i] = s;
+  }
   mole_pool *pool;
   if (mole_pool_init(nth, &pool)) return 1;
   job j = {buf, (int64_t)(bytes / 32), {{0}}};

@@ -22,6 +22,7 @@ typedef struct {
   int reps;
   int64_t n_tok;  // gemm mode when > 0
   size_t xs;
+  quant_layout lay;  // QL_R16: W holds the matrix repacked
   double cpu;  // thread CPU seconds
 } job;
 
@@ -36,8 +37,8 @@ static void *run_job(void *p) {
   double c0 = cpu_now();
   for (int r = 0; r < j->reps; r++) {
     if (j->n_tok > 0) {
-      quant_gemm(quant_type_from_name(j->tr->name), j->W, j->rs, j->x, j->xs, j->y, j->ldy, j->r0, j->r1, j->n_tok,
-                 j->k);
+      quant_gemm_op(quant_type_from_name(j->tr->name), j->lay, j->W, j->rs, j->x, j->xs, j->y, j->ldy, j->r0, j->r1,
+                    j->n_tok, j->k, j->ldy, false);
     } else {
       for (int64_t i = j->r0; i < j->r1; i++) j->tr->vec_dot(j->k, &j->y[i], j->W + (size_t)i * j->rs, j->x);
     }
@@ -70,8 +71,8 @@ static double run1(job *base, int nth) {
   int64_t rows = base->r1;
   for (int t = 0; t < nth; t++) {
     jobs[t] = *base;
-    jobs[t].r0 = rows * t / nth;
-    jobs[t].r1 = rows * (t + 1) / nth;
+    jobs[t].r0 = rows / 16 * t / nth * 16;  // whole 16-row panels (R16 groups)
+    jobs[t].r1 = t + 1 == nth ? rows : rows / 16 * (t + 1) / nth * 16;
     pthread_create(&th[t], NULL, run_job, &jobs[t]);
   }
   double cpu = 0;
@@ -108,7 +109,7 @@ int main(int argc, char **argv) {
     }
     const quant_traits *vt = quant_traits_of(tr->vec_dot_type);
     size_t rs = quant_row_size((quant_type)t, k), xs = quant_row_size(tr->vec_dot_type, k);
-    int64_t rows = (int64_t)(mat / rs);
+    int64_t rows = (int64_t)(mat / rs) / 16 * 16;
     char *W = mole_aligned_alloc(64, rs * rows);
     float *f = mole_malloc(k * sizeof(float));
     uint64_t s = 1;
@@ -116,7 +117,15 @@ int main(int argc, char **argv) {
       s = s * 6364136223846793005ull + 1442695040888963407ull;
       f[i] = (float)((s >> 40) & 0xffff) / 32768.0f - 1.0f;
     }
-    for (int64_t i = 0; i < rows; i++) tr->from_float(f, W + (size_t)i * rs, k);
+    // every row different: identical pages could be merged by the host (KSM)
+    // and then read from cache
+    for (int64_t i = 0; i < rows; i++) {
+      for (int64_t e = 0; e < k; e += 97) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        f[e] = (float)((s >> 40) & 0xffff) / 32768.0f - 1.0f;
+      }
+      tr->from_float(f, W + (size_t)i * rs, k);
+    }
     const int64_t n_tok = 128;
     char *X = mole_aligned_alloc(64, xs * n_tok);
     for (int64_t j = 0; j < n_tok; j++) vt->from_float(f, X + j * xs, k);
@@ -136,6 +145,20 @@ int main(int argc, char **argv) {
       double sec = run(&jv, nth);
       double bytes = (double)rs * rows * jv.reps;
       printf("%-5s gemv %dT: %6.1f GB/s (wall %6.1f)\n", tr->name, nth, bytes / sec / 1e9, bytes / g_wall / 1e9);
+    }
+    if (quant_r16_supported((quant_type)t, rows)) {  // the same on the R16 layout
+      char *R = mole_aligned_alloc(64, rs * rows);
+      quant_r16_pack((quant_type)t, W, R, k, rows, 0, rows / 16);
+      job jr = jv;
+      jr.W = R;
+      jr.lay = QL_R16;
+      run(&jr, 1);
+      for (int nth = 1; nth <= 2; nth++) {
+        double sec = run(&jr, nth);
+        double bytes = (double)rs * rows * jr.reps;
+        printf("%-5s gemv r16 %dT: %6.1f GB/s (wall %6.1f)\n", tr->name, nth, bytes / sec / 1e9, bytes / g_wall / 1e9);
+      }
+      mole_aligned_free(R);
     }
     // gemm on a 1024-row slice, 128 tokens
     job jg = jb;

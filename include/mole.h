@@ -27,6 +27,13 @@ const char *mole_status_str(mole_status st);
 // The message of the last error on this thread ("file.gguf: offset 24: ...").
 const char *mole_last_error(void);
 
+// The SIMD kernels in use: "avx512vnni", "avx2" or "scalar". The environment
+// variable MOLE_ISA=avx512|avx2|scalar selects a lower level than the CPU's
+// best (to test or measure those kernels); mole_isa_check says whether a
+// value is valid on this CPU (MOLE_ERR_ARG with a message if not).
+const char *mole_isa(void);
+mole_status mole_isa_check(const char *name);
+
 // ---- model ----------------------------------------------------------------
 typedef struct mole_model mole_model;
 
@@ -51,6 +58,11 @@ typedef struct mole_offload_params {
 
 typedef struct mole_model_params {
   int n_threads;  // default 0 = number of online CPUs
+  // false (default): the weights every step reads are copied into memory on
+  // huge pages, matrices repacked for the decode kernels (faster decode, the
+  // copy's memory). true: computed straight from the file mapping (no copy,
+  // page cache shared between processes, slower decode).
+  bool use_mmap;
   mole_offload_params offload;
 } mole_model_params;
 
@@ -63,6 +75,8 @@ const char *mole_model_arch(const mole_model *m);
 // Weight bytes one decode step reads (attention, router, the used experts,
 // output projection): the memory-bound floor is this / bandwidth.
 uint64_t mole_model_active_bytes(const mole_model *m);
+// Bytes of weights copied into the weights image (0 with use_mmap).
+int64_t mole_model_image_bytes(const mole_model *m);
 // One line summary: "arch, n_layer, n_embd, experts, type, size".
 void mole_model_describe(const mole_model *m, char *buf, size_t n);
 // Offload statistics (hits/misses per precision, skips, bytes read, stall

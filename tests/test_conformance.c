@@ -68,8 +68,9 @@ static int32_t *json_tokens(const cJSON *arr, int64_t *n) {
   return t;
 }
 
-static void run_case(void **state) {
-  const model_case *mc = *state;
+// use_mmap: computed from the file mapping (GGUF rows) instead of the
+// weights image (R16 matrices): both must match the reference.
+static void run_case_with(const model_case *mc, bool use_mmap) {
   char rel[512];
   snprintf(rel, sizeof rel, "tests/data/conformance/refs/%s/ref.json", mc->name);
   char *js = tu_read_file(tu_path(rel), NULL);
@@ -80,6 +81,7 @@ static void run_case(void **state) {
   mole_model *m;
   mole_model_params mp = mole_model_default_params();
   mp.n_threads = 2;
+  mp.use_mmap = use_mmap;
   mole_status st = mole_model_load(tu_path(rel), &mp, &m);
   if (st) fail_msg("load %s: %s", mc->name, mole_last_error());
   const int64_t V = mole_model_n_vocab(m);
@@ -141,7 +143,7 @@ static void run_case(void **state) {
     worst = e > worst ? e : worst;
     prev_ref = gref + g * V;
   }
-  print_message("%-16s worst rel err %.3g\n", mc->name, worst);
+  print_message("%-16s %-5s worst rel err %.3g\n", mc->name, use_mmap ? "mmap" : "image", worst);
   free(lg);
   free(gref);
   free(pref);
@@ -151,6 +153,11 @@ static void run_case(void **state) {
   mole_model_free(m);
   cJSON_Delete(root);
   free(js);
+}
+
+static void run_case(void **state) {
+  run_case_with(*state, false);
+  run_case_with(*state, true);
 }
 
 // The f16 KV cache (the default) stays close to the f32 reference too.

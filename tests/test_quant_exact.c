@@ -279,7 +279,7 @@ static void test_gemm_split(void **st) {
       float *Y = xalloc(sizeof(float) * (size_t)(rows * n));
       for (int64_t i = 0; i < rows; i++) gen_wrow(&s, t, k, W + (size_t)i * wstride);
       gen_xrows(&s, t, k, n, X, xstride);
-      assert_true(quant_exact_gemm(t, &cases[c].op, W, wstride, X, xstride, Y, rows, 0, rows, n, k));
+      assert_true(quant_exact_gemm(t, &cases[c].op, QL_ROWS, W, wstride, X, xstride, Y, rows, 0, rows, n, k));
       for (int64_t j = 0; j < n; j++)
         for (int64_t i = 0; i < rows; i++) {
           float r;
@@ -300,6 +300,147 @@ static void test_gemm_split(void **st) {
       mole_aligned_free(W);
       mole_aligned_free(X);
       mole_aligned_free(Y);
+    }
+  }
+  quant_force_isa(99);
+}
+
+// ---- the R16 layout ------------------------------------------------------------------------------
+
+static const order_type k_r16[] = {{QX_Q4_0_C1, QT_Q4_0}, {QX_Q8_0, QT_Q8_0}, {QX_Q4_K_V256, QT_Q4_K}, {QX_Q4_K_V64, QT_Q4_K}};
+
+// A random matrix of `rows` rows in row layout and its R16 copy.
+static void gen_r16(uint64_t *s, quant_type t, int64_t k, int64_t rows, char **W, char **R) {
+  const size_t rb = quant_row_size(t, k);
+  *W = xalloc(rb * (size_t)rows);
+  *R = xalloc(rb * (size_t)rows);
+  for (int64_t i = 0; i < rows; i++) gen_wrow(s, t, k, *W + (size_t)i * rb);
+  // in two calls, as threads would pack it
+  const int64_t ng = rows / 16;
+  quant_r16_pack(t, *W, *R, k, rows, 0, ng / 2);
+  quant_r16_pack(t, *W, *R, k, rows, ng / 2, ng);
+}
+
+static void test_r16_layout(void **st) {
+  (void)st;
+  uint64_t s = 41;
+  const quant_type types[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K};
+  const int64_t rows_list[] = {16, 24, 40, 64};
+  for (size_t ti = 0; ti < 3; ti++)
+    for (size_t ri = 0; ri < 4; ri++) {
+      const quant_type t = types[ti];
+      const int64_t k = t == QT_Q4_K ? 512 : 96, rows = rows_list[ri];
+      assert_true(quant_r16_supported(t, rows));
+      const size_t rb = quant_row_size(t, k);
+      char *W, *R;
+      gen_r16(&s, t, k, rows, &W, &R);
+      char *back = xalloc(rb * (size_t)rows);
+      quant_r16_rows(t, R, k, rows, 0, rows, back);
+      assert_memory_equal(back, W, rb * (size_t)rows);
+      // the same bytes, rearranged: a byte histogram is unchanged except for
+      // the q8_0 codes stored + 128
+      if (t != QT_Q8_0) {
+        int64_t h0[256] = {0}, h1[256] = {0};
+        for (size_t i = 0; i < rb * (size_t)rows; i++) h0[(uint8_t)W[i]]++, h1[(uint8_t)R[i]]++;
+        assert_memory_equal(h0, h1, sizeof h0);
+      }
+      // the tail rows keep their offsets
+      const int64_t tail = rows / 16 * 16;
+      assert_memory_equal(R + (size_t)tail * rb, W + (size_t)tail * rb, (size_t)(rows - tail) * rb);
+      mole_aligned_free(W);
+      mole_aligned_free(R);
+      mole_aligned_free(back);
+    }
+  // which matrices can be R16: the repack orders need rows % 8 == 0
+  assert_true(quant_r16_supported(QT_Q8_0, 17));
+  assert_false(quant_r16_supported(QT_Q4_0, 20));
+  assert_false(quant_r16_supported(QT_Q4_K, 36));
+  assert_false(quant_r16_supported(QT_Q4_0, 8));
+  assert_false(quant_r16_supported(QT_Q6_K, 64));
+  assert_false(quant_r16_supported(QT_F32, 64));
+}
+
+// R16 tiles: the AVX-512 kernel and the reference against the row-layout
+// reference on the same weights, every token count of the register paths
+// and beyond, partial panels, nothing written outside
+static void test_r16_tiles(void **st) {
+  (void)st;
+  uint64_t s = 43;
+  const bool simd = have_simd();
+  for (size_t oi = 0; oi < sizeof k_r16 / sizeof k_r16[0]; oi++) {
+    const qx_order o = k_r16[oi].o;
+    const quant_type t = k_r16[oi].t;
+    int64_t ks[16];
+    k_list(o, ks);
+    const int64_t shapes[][4] = {{48, 0, 48, 1}, {48, 16, 48, 2}, {32, 0, 32, 3}, {64, 0, 48, 4}, {32, 0, 24, 5},
+                                 {48, 0, 48, 9}, {16, 0, 16, 1}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+      const int64_t rows = shapes[si][0], i0 = shapes[si][1], i1 = shapes[si][2], n = shapes[si][3];
+      const int64_t k = ks[si % 3];
+      const size_t rb = quant_row_size(t, k), xstride = quant_row_size(vec_type(t), k) + 4;
+      const int64_t ldy = rows + 3;
+      char *W, *R, *X = xalloc(xstride * (size_t)n);
+      gen_r16(&s, t, k, rows, &W, &R);
+      gen_xrows(&s, t, k, n, X, xstride);
+      float *Y0 = xalloc(sizeof(float) * (size_t)(ldy * n)), *Y1 = xalloc(sizeof(float) * (size_t)(ldy * n)),
+            *Y2 = xalloc(sizeof(float) * (size_t)(ldy * n));
+      for (int64_t e = 0; e < ldy * n; e++) Y0[e] = Y1[e] = Y2[e] = -7.0f;
+      quant_exact_tile_ref(o, W, rb, X, xstride, Y0, ldy, i0, i1, 0, n, k);
+      quant_exact_tile_r16_ref(o, t, R, rows, X, xstride, Y1, ldy, i0, i1, 0, n, k);
+      if (simd) quant_exact_tile_r16_avx512(o, t, R, rows, X, xstride, Y2, ldy, i0, i1, 0, n, k);
+      for (int64_t e = 0; e < ldy * n; e++) {
+        if (fbits(Y0[e]) != fbits(Y1[e]))
+          fail_msg("order %d rows %lld n %lld: r16 ref Y[%lld] %.9g vs rows %.9g", (int)o, (long long)rows, (long long)n,
+                   (long long)e, Y1[e], Y0[e]);
+        if (simd && fbits(Y0[e]) != fbits(Y2[e]))
+          fail_msg("order %d rows %lld [%lld,%lld) n %lld k %lld: r16 avx512 Y[%lld][%lld] %.9g vs ref %.9g", (int)o,
+                   (long long)rows, (long long)i0, (long long)i1, (long long)n, (long long)k, (long long)(e / ldy),
+                   (long long)(e % ldy), Y2[e], Y0[e]);
+      }
+      mole_aligned_free(W);
+      mole_aligned_free(R);
+      mole_aligned_free(X);
+      mole_aligned_free(Y0);
+      mole_aligned_free(Y1);
+      mole_aligned_free(Y2);
+    }
+  }
+}
+
+// quant_gemm_op on an R16 matrix with a tail (rows % 16 == 8) = the same on
+// the row layout, at every ISA level (below AVX-512: rows converted back)
+static void test_r16_gemm(void **st) {
+  (void)st;
+  uint64_t s = 47;
+  const struct {
+    quant_type t;
+    int64_t rows, n, k;
+    bool expert;
+  } cases[] = {{QT_Q4_0, 40, 1, 64, false}, {QT_Q4_0, 40, 7, 64, true}, {QT_Q8_0, 37, 3, 96, false},
+               {QT_Q4_K, 24, 7, 512, false}, {QT_Q4_K, 24, 2, 256, true}, {QT_Q8_0, 48, 6, 32, true}};
+  for (int lvl = 0; lvl <= 2; lvl++) {
+    quant_force_isa(lvl);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+      const quant_type t = cases[c].t;
+      const int64_t rows = cases[c].rows, n = cases[c].n, k = cases[c].k;
+      const size_t rb = quant_row_size(t, k), xstride = quant_row_size(vec_type(t), k);
+      char *W, *R, *X = xalloc(xstride * (size_t)n);
+      gen_r16(&s, t, k, rows, &W, &R);
+      gen_xrows(&s, t, k, n, X, xstride);
+      float *Y0 = xalloc(sizeof(float) * (size_t)(rows * n)), *Y1 = xalloc(sizeof(float) * (size_t)(rows * n));
+      quant_gemm_op(t, QL_ROWS, W, rb, X, xstride, Y0, rows, 0, rows, n, k, rows, cases[c].expert);
+      // split as two threads would: on a group boundary
+      const int64_t mid = rows / 32 * 16;
+      quant_gemm_op(t, QL_R16, R, rb, X, xstride, Y1, rows, 0, mid, n, k, rows, cases[c].expert);
+      quant_gemm_op(t, QL_R16, R, rb, X, xstride, Y1, rows, mid, rows, n, k, rows, cases[c].expert);
+      for (int64_t e = 0; e < rows * n; e++)
+        if (fbits(Y0[e]) != fbits(Y1[e]))
+          fail_msg("case %zu isa %s: Y[%lld] r16 %.9g rows %.9g", c, quant_isa_name(), (long long)e, Y1[e], Y0[e]);
+      mole_aligned_free(W);
+      mole_aligned_free(R);
+      mole_aligned_free(X);
+      mole_aligned_free(Y0);
+      mole_aligned_free(Y1);
     }
   }
   quant_force_isa(99);
@@ -348,14 +489,25 @@ static void test_golden(void **st) {
         quant_traits_of(vec_type(g->t))->from_float(f, X + (size_t)j * xstride, g->k);
       }
       const qx_op op = {g->rows, g->expert};
-      assert_true(quant_exact_gemm(g->t, &op, W, wstride, X, xstride, Y, g->rows, 0, g->rows, g->n, g->k));
+      assert_true(quant_exact_gemm(g->t, &op, QL_ROWS, W, wstride, X, xstride, Y, g->rows, 0, g->rows, g->n, g->k));
       for (int64_t e = 0; e < g->rows * g->n; e++) assert_true(isfinite(Y[e]));
-      const uint64_t h = fnv(Y, g->rows * g->n);
+      uint64_t h = fnv(Y, g->rows * g->n);
       if (h != g->hash)
         fail_msg("golden %zu (%s k %lld rows %lld n %lld %s) isa %s: hash %016llx, llama.cpp %016llx", c,
                  quant_type_name(g->t), (long long)g->k, (long long)g->rows, (long long)g->n,
                  g->expert ? "mul_mat_id" : "mul_mat", quant_isa_name(), (unsigned long long)h,
                  (unsigned long long)g->hash);
+      if (quant_r16_supported(g->t, g->rows)) {  // the same through the R16 layout
+        char *R = xalloc(wstride * (size_t)g->rows);
+        quant_r16_pack(g->t, W, R, g->k, g->rows, 0, g->rows / 16);
+        memset(Y, 0, sizeof(float) * (size_t)(g->rows * g->n));
+        assert_true(quant_exact_gemm(g->t, &op, QL_R16, R, wstride, X, xstride, Y, g->rows, 0, g->rows, g->n, g->k));
+        h = fnv(Y, g->rows * g->n);
+        if (h != g->hash)
+          fail_msg("golden %zu (%s, R16) isa %s: hash %016llx, llama.cpp %016llx", c, quant_type_name(g->t),
+                   quant_isa_name(), (unsigned long long)h, (unsigned long long)g->hash);
+        mole_aligned_free(R);
+      }
       mole_aligned_free(W);
       mole_aligned_free(X);
       mole_aligned_free(f);
@@ -369,7 +521,8 @@ int main(void) {
   quant_init();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_orders),     cmocka_unit_test(test_dot_twins), cmocka_unit_test(test_tile_twins),
-      cmocka_unit_test(test_gemm_split), cmocka_unit_test(test_golden),
+      cmocka_unit_test(test_gemm_split), cmocka_unit_test(test_r16_layout), cmocka_unit_test(test_r16_tiles),
+      cmocka_unit_test(test_r16_gemm),   cmocka_unit_test(test_golden),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

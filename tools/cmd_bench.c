@@ -57,7 +57,7 @@ int cmd_bench(int argc, char **argv) {
   int32_t *toks = malloc((size_t)(np + ng + 1) * sizeof *toks);
   float *lg = malloc((size_t)V * sizeof *lg);
   fill_tokens(toks, np + ng + 1, V);
-  double best_pp = 0, best_tg = 0;
+  double best_pp = 0, best_tg = 0, sum_pp = 0, sum_tg = 0;
   mole_status st = MOLE_OK;
   // warm-up: touch every weight once
   st = mole_session_eval(s, toks, 1, lg, false);
@@ -68,6 +68,7 @@ int cmd_bench(int argc, char **argv) {
       st = mole_session_eval(s, toks, np, lg, false);
       double sec = (double)(mole_time_us() - t0) / 1e6;
       if ((double)np / sec > best_pp) best_pp = (double)np / sec;
+      sum_pp += (double)np / sec;
     }
     if (ng > 0 && !st) {
       mole_session_reset(s);
@@ -76,6 +77,7 @@ int cmd_bench(int argc, char **argv) {
       for (int64_t i = 0; i < ng && !st; i++) st = mole_session_eval(s, toks + 1 + i, 1, lg, false);
       double sec = (double)(mole_time_us() - t0) / 1e6;
       if ((double)ng / sec > best_tg) best_tg = (double)ng / sec;
+      sum_tg += (double)ng / sec;
     }
   }
   int rc = 0;
@@ -85,16 +87,20 @@ int cmd_bench(int argc, char **argv) {
     char desc[256];
     mole_model_describe(m, desc, sizeof desc);
     if (json) {
-      printf("{\"model\": \"%s\", \"threads\": %d, \"n_prompt\": %lld, \"n_gen\": %lld, \"pp_tps\": %.2f, "
-             "\"tg_tps\": %.2f, \"active_bytes\": %llu, \"offload\": ", mo.model, mo.threads, (long long)np, (long long)ng, best_pp, best_tg,
+      printf("{\"model\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"weights\": \"%s\", \"image_bytes\": %lld, "
+             "\"n_prompt\": %lld, \"n_gen\": %lld, \"pp_tps\": %.2f, \"tg_tps\": %.2f, \"pp_tps_mean\": %.2f, "
+             "\"tg_tps_mean\": %.2f, \"active_bytes\": %llu, \"offload\": ",
+             mo.model, mo.threads, mole_isa(), mo.use_mmap ? "mmap" : "image", (long long)mole_model_image_bytes(m),
+             (long long)np, (long long)ng, best_pp, best_tg, sum_pp / (double)reps, sum_tg / (double)reps,
              (unsigned long long)mole_model_active_bytes(m));
       mole_model_print_stats_json(m, stdout);
       printf("}\n");
     } else {
       printf("model: %s\n", desc);
       printf("weights read per generated token: %.1f MiB\n", (double)mole_model_active_bytes(m) / 1048576.0);
-      if (np > 0) printf("pp%-5lld %10.2f tokens/s\n", (long long)np, best_pp);
-      if (ng > 0) printf("tg%-5lld %10.2f tokens/s\n", (long long)ng, best_tg);
+      printf("kernels: %s; weights: %s\n", mole_isa(), mo.use_mmap ? "mapped from the file" : "copied (image)");
+      if (np > 0) printf("pp%-5lld %10.2f tokens/s (mean of %lld: %.2f)\n", (long long)np, best_pp, (long long)reps, sum_pp / (double)reps);
+      if (ng > 0) printf("tg%-5lld %10.2f tokens/s (mean of %lld: %.2f)\n", (long long)ng, best_tg, (long long)reps, sum_tg / (double)reps);
     }
   }
   free(toks);

@@ -187,6 +187,8 @@ int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o) {
       fprintf(stderr, "mole: --kv-type: '%s' is not f16 or f32\n", v);
       return -1;
     }
+  } else if (!strcmp(a, "--mmap")) {
+    o->use_mmap = true;
   } else {
     return cli_offload_flag(argc, argv, i, o);
   }
@@ -199,6 +201,7 @@ int cli_open(const cli_model_opts *o, mole_model **m, mole_session **s) {
   if (!o->model) return cli_usage_error("", "no model given (-m FILE)");
   mole_model_params mp = mole_model_default_params();
   mp.n_threads = o->threads;
+  mp.use_mmap = o->use_mmap;
   mole_offload_params *off = &mp.offload;
   if (o->has_budget) {
     off->expert_budget = o->expert_budget;

@@ -14,6 +14,7 @@ typedef struct cli_model_opts {
   int64_t ctx;           // -c N (0 = min(train ctx, 4096))
   int64_t batch;         // -b N (0 = 512)
   mole_kv_type kv_type;  // --kv-type f16|f32
+  bool use_mmap;         // --mmap
   // expert offloading; each has_* says the flag was given (else the library default)
   bool has_budget, has_weights, has_t1, has_t2, has_prefetch;
   int64_t expert_budget;       // --expert-budget: bytes, 0 resident, -1 auto
@@ -32,6 +33,8 @@ typedef struct cli_model_opts {
   "  -c, --ctx N          context size in tokens (default: min(train, 4096))\n" \
   "  -b, --batch N        prefill chunk in tokens (default: 512)\n"            \
   "      --kv-type T      KV cache type f16|f32 (default: f16)\n"             \
+  "      --mmap           compute from the file mapping: no copy of the weights into memory\n" \
+  "                       (shared page cache, slower decode; default: copied and repacked)\n" \
   "expert offloading (MoE models larger than memory):\n"                        \
   "      --expert-budget B  RAM for experts: 2GiB, 512MiB, 40% (of the experts), 0 = all\n" \
   "                         resident (mmap), auto = resident if the model fits, else what\n" \

@@ -1,5 +1,6 @@
 // mole: the command-line tool. A thin layer over include/mole.h.
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -37,6 +38,11 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
     usage(stdout);
     return 0;
+  }
+  const char *isa = getenv("MOLE_ISA");
+  if (isa && *isa && mole_isa_check(isa) != MOLE_OK) {
+    fprintf(stderr, "mole: %s\n", mole_last_error());
+    return 2;
   }
   for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
     if (!strcmp(argv[1], k_cmds[i].name)) return k_cmds[i].fn(argc - 1, argv + 1);

@@ -32,7 +32,8 @@ mole_status mole_model_load(const char *path, const mole_model_params *params, m
   if (p.n_threads < 0 || p.n_threads > 1024)
     return mole_errorf(MOLE_ERR_ARG, "threads: %d is out of range (0 = all cores, up to 1024)", p.n_threads);
   if (!out) return mole_errorf(MOLE_ERR_ARG, "mole_model_load: out is NULL");
-  return model_load(path, p.n_threads ? p.n_threads : default_threads(), &p.offload, out);
+  if (!p.n_threads) p.n_threads = default_threads();
+  return model_load(path, &p, out);
 }
 
 void mole_model_free(mole_model *m) { model_free(m); }
@@ -43,6 +44,19 @@ void mole_model_print_stats(const mole_model *m, FILE *f) {
 int64_t mole_model_n_vocab(const mole_model *m) { return m->hp.n_vocab; }
 int64_t mole_model_n_ctx_train(const mole_model *m) { return m->hp.n_ctx_train; }
 const char *mole_model_arch(const mole_model *m) { return m->arch_name; }
+
+const char *mole_isa(void) { return quant_isa_name(); }
+
+mole_status mole_isa_check(const char *name) {
+  const int want = quant_isa_from_name(name);
+  if (want < 0) return mole_errorf(MOLE_ERR_ARG, "MOLE_ISA='%s' is not avx512, avx2 or scalar", name);
+  if (want > quant_cpu_isa())
+    return mole_errorf(MOLE_ERR_ARG, "MOLE_ISA=%s: this CPU does not have it (its best is %s)", name,
+                       quant_cpu_isa() == 2 ? "avx512" : quant_cpu_isa() == 1 ? "avx2" : "scalar");
+  return MOLE_OK;
+}
+
+int64_t mole_model_image_bytes(const mole_model *m) { return m->image_bytes; }
 
 void mole_model_describe(const mole_model *m, char *buf, size_t n) {
   const model_hparams *hp = &m->hp;

@@ -206,6 +206,7 @@ void experts_close(experts *x) {
   mole_aligned_free(x->arena);
   experts_store_free(&x->store);
   mole_free(x->done);
+  mole_free(x->image_r16);
   mole_free(x->pins);
   mole_free(x->gstate);
   mole_free(x->tok_cnt);
@@ -434,6 +435,33 @@ experts_avail experts_ready(experts *x, int64_t layer, int32_t e, expert_prec p)
   return sl->state == EXPERTS_SLOT_LOADING ? EXPERTS_LOADING : EXPERTS_READY;
 }
 
+bool experts_resident_matrices(const experts *x, void (*fn)(void *ctx, uint64_t off, quant_type t, int64_t ne0,
+                                                           int64_t ne1),
+                               void *ctx) {
+  if (x->tiered) return false;
+  const experts_store *st = &x->store;
+  for (int p = 0; p < (x->low_in_use ? 2 : 1); p++)
+    for (int64_t l = 0; l < st->n_layer; l++)
+      for (int64_t e = 0; e < st->n_expert; e++)
+        for (int j = 0; j < 3; j++)
+          fn(ctx, st->mat_off[p][(l * st->n_expert + e) * 3 + j], st->layout[p][l].type[j], st->ne0[j], st->ne1[j]);
+  return true;
+}
+
+mole_status experts_use_image(experts *x, const uint8_t *image) {
+  if (x->tiered) return MOLE_OK;
+  const experts_store *st = &x->store;
+  x->image_r16 = mole_calloc((size_t)(2 * st->n_layer * 3), 1);
+  if (!x->image_r16) return mole_errorf(MOLE_ERR_NOMEM, "experts: out of memory");
+  // as the image decided when it packed them (quant_r16_preferred)
+  for (int p = 0; p < (x->low_in_use ? 2 : 1); p++)
+    for (int64_t l = 0; l < st->n_layer; l++)
+      for (int j = 0; j < 3; j++)
+        x->image_r16[(p * st->n_layer + l) * 3 + j] = quant_r16_preferred(st->layout[p][l].type[j], st->ne1[j]);
+  x->image = image;
+  return MOLE_OK;
+}
+
 mole_status experts_get(experts *x, int64_t layer, int32_t e, expert_prec p, expert_view *out) {
   MOLE_ASSERT(p == EXPERT_HIGH || p == EXPERT_LOW);
   MOLE_ASSERT(layer >= 0 && layer < x->m->hp.n_layer && e >= 0 && e < x->m->hp.n_expert);
@@ -441,7 +469,9 @@ mole_status experts_get(experts *x, int64_t layer, int32_t e, expert_prec p, exp
   const experts_store *st = &x->store;
   model_tensor v[3];
   if (!x->tiered) {
-    experts_store_views(st, p, layer, gguf_base(x->m->gguf), st->mat_off[p] + (layer * st->n_expert + e) * 3, v);
+    experts_store_views(st, p, layer, x->image ? x->image : gguf_base(x->m->gguf),
+                        st->mat_off[p] + (layer * st->n_expert + e) * 3,
+                        x->image ? x->image_r16 + (p * st->n_layer + layer) * 3 : NULL, v);
   } else {
     experts_cache *c = &x->cache;
     int64_t s = experts_cache_find(c, p, layer, e);
@@ -467,7 +497,7 @@ mole_status experts_get(experts *x, int64_t layer, int32_t e, expert_prec p, exp
                          gguf_path(x->m->gguf), e, (long long)layer, k_prec[p], (unsigned long long)ext[0].file_off,
                          strerror(sl->io_err));
     const uint64_t off[3] = {mb[0], mb[1], mb[2]};
-    experts_store_views(st, p, layer, x->arena + experts_cache_offset(c, p, s), off, v);
+    experts_store_views(st, p, layer, x->arena + experts_cache_offset(c, p, s), off, NULL, v);
   }
   out->gate = v[0];
   out->up = v[1];

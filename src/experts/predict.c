@@ -74,11 +74,21 @@ mole_status experts_predict_init(experts *x) {
   if (!x->routers || !x->pred_logits || !x->pred || !x->pred_valid || !x->pred_uncached || !x->pf_pending ||
       !x->pf_useful_at || !x->pf_useful_n)
     return mole_errorf(MOLE_ERR_NOMEM, "experts: out of memory for the predictor's %lld routers", (long long)L);
+  void *row = mole_malloc((size_t)E * sizeof(float));  // a row of any type
+  if (!row) return mole_errorf(MOLE_ERR_NOMEM, "experts: out of memory for the predictor");
   for (int64_t l = 0; l < L; l++) {
     const model_tensor *g = &x->m->layers[l].gate_inp;
     const quant_traits *tr = quant_traits_of(g->type);
-    for (int64_t r = 0; r < X; r++) tr->to_float((const char *)g->data + (size_t)r * g->row_bytes, x->routers + (l * X + r) * E, E);
+    for (int64_t r = 0; r < X; r++) {
+      const void *src = (const char *)g->data + (size_t)r * g->row_bytes;
+      if (g->layout == QL_R16) {  // the row back in GGUF layout
+        quant_r16_row(g->type, g->data, E, X, r, row);
+        src = row;
+      }
+      tr->to_float(src, x->routers + (l * X + r) * E, E);
+    }
   }
+  mole_free(row);
   return MOLE_OK;
 }
 

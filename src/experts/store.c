@@ -202,13 +202,14 @@ int experts_store_extents(const experts_store *s, int p, int64_t layer, int64_t 
 }
 
 void experts_store_views(const experts_store *s, int p, int64_t layer, const void *base, const uint64_t off[3],
-                         model_tensor out[3]) {
+                         const uint8_t *r16, model_tensor out[3]) {
   const experts_layout *lo = &s->layout[p][layer];
   for (int j = 0; j < 3; j++) {
     out[j] = (model_tensor){.data = (const char *)base + off[j], .type = lo->type[j], .ne0 = s->ne0[j],
                             .ne1 = s->ne1[j], .ne2 = 1};
     out[j].row_bytes = quant_row_size(lo->type[j], s->ne0[j]);
     out[j].mat_bytes = (size_t)lo->bytes[j];
+    out[j].layout = r16 && r16[j] ? QL_R16 : QL_ROWS;
   }
 }
 

@@ -70,9 +70,10 @@ void experts_store_free(experts_store *s);
 int experts_store_extents(const experts_store *s, int p, int64_t layer, int64_t e, experts_extent ext[3],
                           size_t mat_buf[3]);
 // The three matrices of a layer's expert in precision p as 2-D tensors at
-// base + off[j] (the mapping: gguf_base; a slot: its buffer with mat_buf).
+// base + off[j] (the mapping: gguf_base; a slot: its buffer with mat_buf;
+// the weights image: r16[j] says which are QL_R16 there; NULL: none).
 void experts_store_views(const experts_store *s, int p, int64_t layer, const void *base, const uint64_t off[3],
-                         model_tensor out[3]);
+                         const uint8_t *r16, model_tensor out[3]);
 // Reads the layout of one layer in precision p of a packed file.
 // MOLE_ERR_NOT_FOUND without a message when the file has
 // no such precision.

@@ -572,8 +572,14 @@ mole_status model_forward(mole_model *m, model_kv *kv, model_scratch *s, const i
       return mole_errorf(MOLE_ERR_ARG, "token %d at index %lld is out of the vocabulary (0..%lld)", tokens[t],
                          (long long)t, (long long)V - 1);
   const quant_traits *et = quant_traits_of(m->tok_embd.type);
-  for (int64_t t = 0; t < n; t++)
-    et->to_float((const char *)m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes, s->x + t * E, E);
+  for (int64_t t = 0; t < n; t++) {
+    const char *row = (const char *)m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes;
+    if (m->tok_embd.layout == QL_R16) {  // shared with the output projection, repacked
+      quant_r16_row(m->tok_embd.type, m->tok_embd.data, E, V, tokens[t], s->xq);
+      row = s->xq;
+    }
+    et->to_float(row, s->x + t * E, E);
+  }
   for (int64_t il = 0; il < hp->n_layer; il++) {
     attention_block(m, kv, s, il, n, n_past);
     mole_status st = ffn_block(m, s, il, n);

@@ -328,7 +328,7 @@ static mole_status bind_all(loader *L) {
   return MOLE_OK;
 }
 
-mole_status model_load(const char *path, int n_threads, const mole_offload_params *offload, mole_model **out) {
+mole_status model_load(const char *path, const mole_model_params *p, mole_model **out) {
   *out = NULL;
   quant_init();
   mole_model *m = mole_calloc(1, sizeof *m);
@@ -367,10 +367,11 @@ mole_status model_load(const char *path, int n_threads, const mole_offload_param
   L.f32_next = m->f32_store;
   L.f32_end = m->f32_store + nvec;
   if ((st = bind_all(&L))) goto fail;
-  m->n_threads = n_threads;
-  m->offload = *offload;
-  if ((st = mole_pool_init(n_threads, &m->pool))) goto fail;
+  m->n_threads = p->n_threads;
+  m->offload = p->offload;
+  if ((st = mole_pool_init(p->n_threads, &m->pool))) goto fail;
   if (m->hp.n_expert > 0 && (st = experts_open(m, &m->experts))) goto fail;
+  if (!p->use_mmap && (st = model_image_build(m))) goto fail;
   *out = m;
   return MOLE_OK;
 fail:
@@ -381,6 +382,7 @@ fail:
 void model_free(mole_model *m) {
   if (!m) return;
   experts_close(m->experts);
+  model_image_free(m);
   mole_pool_free(m->pool);
   mole_free(m->layers);
   mole_free(m->f32_store);

@@ -44,6 +44,7 @@ typedef struct model_tensor {
   int64_t ne0, ne1, ne2;  // [ne2][ne1][ne0]
   size_t row_bytes;       // bytes of one row of ne0
   size_t mat_bytes;       // bytes of one [ne1][ne0] matrix (experts: stride between experts)
+  quant_layout layout;    // QL_ROWS as in the file, or QL_R16 (repacked at load, each matrix on its own)
 } model_tensor;
 
 typedef struct model_layer {
@@ -86,11 +87,20 @@ struct mole_model {
   int n_threads;
   mole_offload_params offload;
   struct experts *experts;  // expert provider (experts/experts.h); NULL for dense models
+  uint8_t *image;          // weights image (image.c), NULL with use_mmap
+  size_t image_size;       // its reserved span (a mirror of the file)
+  int64_t image_bytes;     // the bytes copied into it
 };
 
 const char *model_arch_name(model_arch a);
 // Loads hparams and binds every tensor, validating names, shapes and types.
-mole_status model_load(const char *path, int n_threads, const mole_offload_params *offload, mole_model **out);
+mole_status model_load(const char *path, const mole_model_params *p, mole_model **out);
+
+// The weights image (image.c): the weights every step reads copied into
+// anonymous memory on huge pages, R16 where supported, at image + file
+// offset; the model's tensors (and the resident expert views) repointed.
+mole_status model_image_build(mole_model *m);
+void model_image_free(mole_model *m);
 void model_free(mole_model *m);
 
 // ---- forward ------------------------------------------------------------

@@ -98,11 +98,14 @@ static void mm_worker(void *ctx, int ith, int nth) {
     const ops_mm *mm = &job->tasks[t];
     if (mm->n_tok <= 0) continue;
     const model_tensor *w = mm->w;
+    // rows in whole panels of 16 (R16 groups start there)
     int64_t r0, r1;
-    mole_split(w->ne1, ith, nth, &r0, &r1);
+    mole_split((w->ne1 + 15) / 16, ith, nth, &r0, &r1);
+    r0 *= 16;
+    r1 = MOLE_MIN(r1 * 16, w->ne1);
     if (r0 >= r1) continue;
     const char *base = (const char *)w->data + (size_t)mm->mat * w->mat_bytes;
-    quant_gemm_op(w->type, base, w->row_bytes, mm->x, mm->xstride, mm->y, mm->ldy, r0, r1, mm->n_tok, w->ne0, w->ne1,
+    quant_gemm_op(w->type, w->layout, base, w->row_bytes, mm->x, mm->xstride, mm->y, mm->ldy, r0, r1, mm->n_tok, w->ne0, w->ne1,
                   mm->expert);
   }
 }

@@ -137,10 +137,39 @@ static void apply_level(int level) {
   g_level = level;
 }
 
+bool quant_r16_preferred(quant_type t, int64_t n_rows) {
+  quant_init();
+  return g_level >= 2 && quant_r16_supported(t, n_rows);
+}
+
+int quant_cpu_isa(void) {
+  quant_init();
+  return g_cpu_level;
+}
+
+int quant_isa_from_name(const char *name) {
+  static const char *names[] = {"scalar", "avx2", "avx512"};
+  for (int i = 0; i < 3; i++)
+    if (name && !strcmp(name, names[i])) return i;
+  return -1;
+}
+
 static void init_once(void) {
   fill_ref();
   g_cpu_level = detect_level();
-  apply_level(g_cpu_level);
+  int level = g_cpu_level;
+  // MOLE_ISA=avx512|avx2|scalar: run a lower ISA's kernels on this CPU (tests, measurements)
+  const char *env = getenv("MOLE_ISA");
+  if (env && *env) {
+    const int want = quant_isa_from_name(env);
+    if (want < 0)
+      mole_log(MOLE_LOG_WARN, "MOLE_ISA='%s' is not avx512, avx2 or scalar: ignored", env);
+    else if (want > g_cpu_level)
+      mole_log(MOLE_LOG_WARN, "MOLE_ISA=%s: this CPU lacks it, using %s", env, g_cpu_level == 1 ? "avx2" : "scalar");
+    else
+      level = want;
+  }
+  apply_level(level);
 }
 
 void quant_init(void) { pthread_once(&g_once, init_once); }
@@ -180,17 +209,42 @@ bool quant_type_supported(uint32_t t) {
 
 void quant_gemm(quant_type wt, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
                 int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k) {
-  quant_gemm_op(wt, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k, 0, false);
+  quant_gemm_op(wt, QL_ROWS, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k, 0, false);
 }
 
-void quant_gemm_op(quant_type wt, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
-                   int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k, int64_t n_rows, bool expert) {
+// QL_R16 without an exact kernel at this ISA level: each group back in row
+// layout (scratch slot 1), then the row-layout path.
+static void gemm_r16_rows(quant_type wt, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
+                          int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k, int64_t n_rows,
+                          bool expert) {
+  const int64_t tail = n_rows / 16 * 16;
+  for (int64_t g0 = i0; g0 < MOLE_MIN(i1, tail); g0 += 16) {
+    const int64_t g1 = MOLE_MIN(g0 + 16, i1);
+    char *rows = quant_scratch_slot(1, 16 * wstride);
+    quant_r16_rows(wt, W, k, n_rows, g0, g1, rows);
+    quant_gemm_op(wt, QL_ROWS, rows - (size_t)g0 * wstride, wstride, X, xstride, Y, ldy, g0, g1, n_tok, k, n_rows,
+                  expert);
+  }
+  if (i1 > tail)
+    quant_gemm_op(wt, QL_ROWS, W, wstride, X, xstride, Y, ldy, MOLE_MAX(i0, tail), i1, n_tok, k, n_rows, expert);
+}
+
+void quant_gemm_op(quant_type wt, quant_layout lay, const void *W, size_t wstride, const void *X, size_t xstride,
+                   float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k, int64_t n_rows,
+                   bool expert) {
   const quant_traits *tr = quant_traits_of(wt);
   MOLE_ASSERT(tr && tr->vec_dot);
   MOLE_ASSERT(k % tr->blck_size == 0 && i0 >= 0 && i0 <= i1 && n_tok >= 0);
   if (i0 == i1 || n_tok == 0) return;
   const qx_op op = {n_rows, expert};
-  if (g_level >= 2 && quant_exact_gemm(wt, &op, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k)) return;
+  if (lay == QL_R16) {
+    MOLE_ASSERT(quant_r16_supported(wt, n_rows) && wstride == quant_row_size(wt, k) && i1 <= n_rows);
+    MOLE_ASSERT(i0 % 16 == 0 || i0 >= n_rows / 16 * 16);
+    if (g_level >= 2 && quant_exact_gemm(wt, &op, lay, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k)) return;
+    gemm_r16_rows(wt, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k, n_rows, expert);
+    return;
+  }
+  if (g_level >= 2 && quant_exact_gemm(wt, &op, lay, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k)) return;
   if (g_gemm && g_gemm(wt, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k)) return;
   // vec_dot loops over 16-row panels: the panel stays in cache across tokens
   const char *w = W, *x = X;
@@ -206,23 +260,32 @@ void quant_gemm_op(quant_type wt, const void *W, size_t wstride, const void *X, 
 // A cache per thread, outside the mole allocator's accounting (it lives as long
 // as the thread, like libc's own caches).
 
+enum { N_SLOTS = 2 };
 static pthread_key_t g_scratch_key;
 static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
-static _Thread_local void *t_scratch;
-static _Thread_local size_t t_scratch_n;
+typedef struct {
+  void *p[N_SLOTS];
+  size_t n[N_SLOTS];
+} scratch_set;
+static _Thread_local scratch_set t_scratch;
 
-static void scratch_free(void *p) { free(p); }
+static void scratch_free(void *v) {
+  scratch_set *s = v;
+  for (int i = 0; i < N_SLOTS; i++) free(s->p[i]);
+}
 static void scratch_key_init(void) { MOLE_ASSERT(pthread_key_create(&g_scratch_key, scratch_free) == 0); }
 
-void *quant_scratch(size_t n) {
-  if (n <= t_scratch_n) return t_scratch;
+void *quant_scratch_slot(int slot, size_t n) {
+  MOLE_ASSERT(slot >= 0 && slot < N_SLOTS);
+  scratch_set *s = &t_scratch;
+  if (n <= s->n[slot]) return s->p[slot];
   pthread_once(&g_scratch_once, scratch_key_init);
-  free(t_scratch);
+  free(s->p[slot]);
   size_t cap = (n + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
   void *p = NULL;
   MOLE_ASSERT(posix_memalign(&p, 64, cap) == 0);
-  t_scratch = p;
-  t_scratch_n = cap;
-  pthread_setspecific(g_scratch_key, p);
+  s->p[slot] = p;
+  s->n[slot] = cap;
+  pthread_setspecific(g_scratch_key, s);
   return p;
 }

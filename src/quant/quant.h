@@ -43,6 +43,10 @@ typedef struct quant_traits {
 
 void quant_init(void);                      // idempotent; picks kernels from CPUID
 const char *quant_isa_name(void);           // "avx512vnni", "avx2", "scalar"
+// 0 scalar, 1 avx2, 2 avx512 for the names MOLE_ISA takes; -1 otherwise.
+// quant_init honours MOLE_ISA (lower levels only).
+int quant_isa_from_name(const char *name);
+int quant_cpu_isa(void);  // the best level this CPU has (0, 1, 2)
 // Force the ISA level (tests): 0 scalar, 1 avx2, 2 avx512. Returns the level set
 // (clamped to what the CPU has).
 int quant_force_isa(int level);
@@ -58,6 +62,29 @@ int quant_type_from_name(const char *name);          // -1 when unknown
 // Bytes of a row of n elements; 0 if n is not a multiple of the block size.
 size_t quant_row_size(quant_type t, int64_t n);
 
+// Weight layouts. QL_ROWS: the GGUF's rows one after another. QL_R16: rows
+// in groups of 16, interleaved block by block so that decode kernels stream
+// one contiguous region with one 4-byte piece of every row per register lane
+// (the layout per type: quant_r16.c); the last n_rows % 16 rows stay as in
+// QL_ROWS. A group takes exactly the bytes of its 16 rows, so a matrix keeps
+// its size and every row range starting on a group keeps its offset.
+typedef enum { QL_ROWS = 0, QL_R16 = 1 } quant_layout;
+
+// Whether a matrix of n_rows rows of type t can be stored as QL_R16 (the
+// types with exact lane-per-row kernels: q4_0 and q4_K when n_rows % 8 == 0
+// as in llama.cpp's repack, q8_0).
+bool quant_r16_supported(quant_type t, int64_t n_rows);
+// quant_r16_supported and the kernels in use have R16 kernels for it (other
+// levels convert rows back on every call: correct, slow).
+bool quant_r16_preferred(quant_type t, int64_t n_rows);
+// Writes groups [g0, g1) of a QL_ROWS matrix src (n_rows rows of k elements)
+// into dst as QL_R16 at the same offsets; the call with g1 == n_rows / 16
+// also copies the tail rows. Threads may pack disjoint group ranges.
+void quant_r16_pack(quant_type t, const void *src, void *dst, int64_t k, int64_t n_rows, int64_t g0, int64_t g1);
+// Row `row` (or rows [r0, r1)) of a QL_R16 matrix back in GGUF row layout.
+void quant_r16_row(quant_type t, const void *W, int64_t k, int64_t n_rows, int64_t row, void *dst);
+void quant_r16_rows(quant_type t, const void *W, int64_t k, int64_t n_rows, int64_t r0, int64_t r1, void *dst);
+
 // Y[j][i] = dot(W row i, X row j) for i in [i0, i1), j in [0, n_tok).
 // W: rows of `wt` with row stride wstride bytes; X: rows already converted to
 // vec_dot_type of wt, stride xstride bytes; Y: float rows of stride ldy floats.
@@ -67,8 +94,10 @@ void quant_gemm(quant_type wt, const void *W, size_t wstride, const void *X, siz
 // has AVX-512 and the type an exact kernel (quant_exact.h): n_tok is all the
 // tokens of a dense mul_mat (expert false) or the tokens routed to one expert
 // of a mul_mat_id (expert true); n_rows is the weight's full row count (ne1).
-// quant_gemm(...) is quant_gemm_op(..., 0, false): dense, rows % 8 == 0.
-void quant_gemm_op(quant_type wt, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
+// quant_gemm(...) is quant_gemm_op(..., 0, false) on QL_ROWS: dense, rows % 8 == 0.
+// With QL_R16, n_rows is the matrix's row count and i0 starts a group unless
+// it lies in the tail (threads split such matrices on multiples of 16).
+void quant_gemm_op(quant_type wt, quant_layout lay, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
                    int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k, int64_t n_rows, bool expert);
 
 // scalar conversions

@@ -68,10 +68,20 @@ void quant_exact_tile_ref(qx_order o, const void *W, size_t wstride, const void 
 void quant_exact_tile_avx512(qx_order o, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
                              int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k);
 
+// The same on the groups of a QL_R16 matrix of n_rows rows of type t: rows
+// [i0, i1) with i0 % 16 == 0 and i1 <= 16 * (n_rows / 16) (row stride: the
+// row size). The reference converts rows back and runs quant_exact_dot_ref.
+void quant_exact_tile_r16_ref(qx_order o, quant_type t, const void *W, int64_t n_rows, const void *X, size_t xstride,
+                              float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k);
+void quant_exact_tile_r16_avx512(qx_order o, quant_type t, const void *W, int64_t n_rows, const void *X,
+                                 size_t xstride, float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                                 int64_t k);
+
 // quant_gemm with llama.cpp's arithmetic for the op: splits the tokens by
 // order and runs the best kernel this CPU has (AVX-512, else the scalar
 // reference). Returns false (writes nothing) when wt has no exact kernel.
-bool quant_exact_gemm(quant_type wt, const qx_op *op, const void *W, size_t wstride, const void *X, size_t xstride,
+// QL_R16 needs op->n_rows (the matrix's rows) and wstride = the row size.
+bool quant_exact_gemm(quant_type wt, const qx_op *op, quant_layout lay, const void *W, size_t wstride, const void *X, size_t xstride,
                       float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k);
 
 // Per-type vec_dot with the one-token order (the n_tok == 1 / expert order,

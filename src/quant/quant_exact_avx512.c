@@ -7,13 +7,14 @@
 //
 // Tiles:
 //  * q4_0 (one fma per block) and q4_K (repack orders): 16 rows at a time,
-//    lane r of a register = row P(r) (a 4x4 transpose of 128-bit lanes), so
-//    a block's integer dot lands whole in one lane and one fma serves 16
-//    outputs; the codes are transposed into registers once per block and
-//    every token of the call runs against them (accumulators in scratch);
+//    one row per lane (from GGUF rows transposed in registers, or an R16
+//    group as it is: see the panels below), so a block's integer dot lands
+//    whole in one lane and one fma serves 16 outputs; up to 4 tokens keep
+//    their accumulators in registers, more run against each block's codes
+//    with accumulators in scratch;
 //  * q8_0 (8 partial lanes per output): 8 rows as 4 pairs, a register holds
 //    the 8 lanes of two rows for one token; up to 4 tokens straight from the
-//    rows, more against a panel packed once per call;
+//    rows (or the R16 group), more against a panel packed once per call;
 //  * q5_K, q6_K, q4_K without repack: 4 rows interleaved per token;
 //    float vec_dot orders one output at a time; tinyBLAS orders 4 rows x 4
 //    tokens of accumulators, as tinyBLAS itself.
@@ -391,7 +392,13 @@ void quant_exact_dot_avx512(qx_order o, int64_t k, float *s, const void *w, cons
   }
 }
 
-// ---- 16-row panels: lane L of a register holds row P(L) = 4*(L%4) + L/4 ----------------------
+// ---- 16-row panels ---------------------------------------------------------------------------
+// The lane-per-row orders (q4_0 C1, q4_K repack) take 16 rows at a time from
+// one of two sources:
+//  * GGUF rows: lane L holds row P(L) = 4*(L%4) + L/4 (a 4x4 transpose of
+//    128-bit lanes built from masked broadcasts), scales gathered a block ahead;
+//  * an R16 group (quant_r16.c): lane L holds row L and every register is one
+//    plain load from one contiguous stream (the decode path at DRAM speed).
 
 static inline int perm16(int L) { return 4 * (L % 4) + L / 4; }
 
@@ -413,27 +420,46 @@ static inline void tr16x4(const uint8_t *const *p, size_t off, __m512i T[4]) {
   T[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
-// lane L -> row P(L) of y (nr rows)
-static inline void store16(float *y, __m512 v, int nr) {
-  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  _mm512_mask_storeu_ps(y, tail16(nr), _mm512_permutexvar_ps(idx, v));
-}
+typedef struct {
+  bool r16;
+  int nr;                // rows of the panel (<= 16)
+  const uint8_t *g;      // R16: the group
+  const uint8_t *p[16];  // rows: the 16 rows (the last repeated past the end)
+  __m512i offs;          // rows: offsets of row P(L) from p[0], for gathers
+} panel16;
 
-static void rows16(const void *W, size_t wstride, int64_t r0, int64_t i1, const uint8_t *p[16]) {
-  for (int r = 0; r < 16; r++) p[r] = (const uint8_t *)W + (size_t)MOLE_MIN(r0 + r, i1 - 1) * wstride;
-}
-
-// Offsets of the 16 rows' blocks from row 0's, lane L = row P(L), for gathers.
-static inline __m512i row_offsets16(const uint8_t *const *p) {
+static inline panel16 panel_at(bool r16, const void *W, size_t wstride, int64_t r0, int64_t i1) {
+  panel16 pn;
+  pn.r16 = r16;
+  pn.nr = (int)MOLE_MIN(16, i1 - r0);
+  pn.g = (const uint8_t *)W + (size_t)r0 * wstride;
   int32_t o[16];
-  for (int L = 0; L < 16; L++) o[L] = (int32_t)(p[perm16(L)] - p[0]);
-  return _mm512_loadu_si512(o);
+  for (int r = 0; r < 16; r++) pn.p[r] = (const uint8_t *)W + (size_t)MOLE_MIN(r0 + r, i1 - 1) * wstride;
+  for (int L = 0; L < 16; L++) o[L] = (int32_t)(pn.p[perm16(L)] - pn.p[0]);
+  pn.offs = _mm512_loadu_si512(o);
+  return pn;
 }
 
-// the f16 at p[0] + off + offs[L] as floats in lane L
+// lanes -> rows of y
+static inline void panel_store(const panel16 *pn, float *y, __m512 v) {
+  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  _mm512_mask_storeu_ps(y, tail16(pn->nr), pn->r16 ? v : _mm512_permutexvar_ps(idx, v));
+}
+
+// the f16 at base + offs[L] as floats in lane L
 static inline __m512 gather_f16(const uint8_t *base, __m512i offs) {
   __m512i v = _mm512_i32gather_epi32(offs, base, 1);
   return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
+}
+static inline __m512i gather_u32(const uint8_t *base, __m512i offs) { return _mm512_i32gather_epi32(offs, base, 1); }
+
+// R16 streams one group block after another: a software prefetch a little
+// ahead of the hardware prefetcher's ramp
+#ifndef QX_PF16
+#define QX_PF16 2048
+#endif
+static inline __attribute__((always_inline)) void prefetch_gb(const uint8_t *gb, size_t bytes) {
+  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)gb + QX_PF16 + o, _MM_HINT_T0);
 }
 
 // Per-call token data for q4_0 x q8_0: the activation block scales as floats
@@ -457,111 +483,211 @@ static tok_aux q8_0_aux(char *scr, const void *X, size_t xstride, int64_t j0, in
   return a;
 }
 
-// q4_0, one fma per block: 16 rows, codes transposed into registers per
-// block, every token of the call against them; accumulators in scratch.
-static void tile_q4_0_c1(const void *W, size_t wstride, const void *X, size_t xstride, float *Y, int64_t ldy,
-                         int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k) {
-  const int64_t nb = k / 32, nt = j1 - j0;
-  char *scr = quant_scratch((size_t)nt * 64 + (size_t)nt * (size_t)nb * 8);
-  __m512 *acc = (__m512 *)scr;
-  const tok_aux ta = q8_0_aux(scr + (size_t)nt * 64, X, xstride, j0, nt, nb);
+// q4_0 block b of a panel: the 8 code registers (V[c]: elements 4c..4c+3,
+// V[c+4]: 16+4c..16+4c+3, lane per row) and the row scales. Rows: the scales
+// were gathered a block ahead into *dw_next.
+static inline __attribute__((always_inline)) __m512 q4_0_block(const panel16 *pn, int64_t b, int64_t nb, __m512i V[8],
+                                                               __m512 *dw_next) {
   const __m512i m4 = _mm512_set1_epi8(15);
-  for (int64_t r0 = i0; r0 < i1; r0 += 16) {
-    const int nr = (int)MOLE_MIN(16, i1 - r0);
-    const uint8_t *p[16];
-    rows16(W, wstride, r0, i1, p);
-    const __m512i offs = row_offsets16(p);
-    for (int64_t j = 0; j < nt; j++) acc[j] = _mm512_setzero_ps();
-    __m512 dw_next = gather_f16(p[0], offs);  // gathers issued a block ahead: their latency is long
-    for (int64_t b = 0; b < nb; b++) {
-      const size_t bo = (size_t)b * sizeof(blk_q4_0);
-      const __m512 dw = dw_next;
-      if (b + 1 < nb) dw_next = gather_f16(p[0] + bo + sizeof(blk_q4_0), offs);
-      prefetch_rows(p, 16, bo, bo + sizeof(blk_q4_0));
-      __m512i T[4], V[8];
-      tr16x4(p, bo + 2, T);
-      QX_UNROLL for (int c = 0; c < 4; c++) {
-        V[c] = _mm512_and_si512(T[c], m4);
-        V[c + 4] = _mm512_and_si512(_mm512_srli_epi32(T[c], 4), m4);
-      }
-      for (int64_t j = 0; j < nt; j++) {
-        const int32_t *xq = (const int32_t *)((const blk_q8_0 *)((const char *)X + (size_t)(j0 + j) * xstride))[b].qs;
-        // four short dpbusd chains (integer sums: any order is exact)
-        __m512i is[4] = {_mm512_set1_epi32(ta.sx[j * nb + b]), _mm512_setzero_si512(), _mm512_setzero_si512(),
-                         _mm512_setzero_si512()};
-        QX_UNROLL for (int c = 0; c < 8; c++) {
-          int32_t xd;
-          memcpy(&xd, xq + c, 4);
-          is[c % 4] = _mm512_dpbusd_epi32(is[c % 4], V[c], _mm512_set1_epi32(xd));
-        }
-        const __m512i isum = _mm512_add_epi32(_mm512_add_epi32(is[0], is[1]), _mm512_add_epi32(is[2], is[3]));
-        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(ta.dx[j * nb + b])),
-                                 acc[j]);
-      }
+  __m512i T[4];
+  __m512 dw;
+  if (pn->r16) {
+    const uint8_t *gb = pn->g + (size_t)b * 16 * sizeof(blk_q4_0);
+    prefetch_gb(gb, 16 * sizeof(blk_q4_0));
+    dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb));
+    QX_UNROLL for (int c = 0; c < 4; c++) T[c] = _mm512_loadu_si512(gb + 32 + 64 * c);
+  } else {
+    const size_t bo = (size_t)b * sizeof(blk_q4_0);
+    dw = *dw_next;  // gathers issued a block ahead: their latency is long
+    if (b + 1 < nb) *dw_next = gather_f16(pn->p[0] + bo + sizeof(blk_q4_0), pn->offs);
+    prefetch_rows(pn->p, 16, bo, bo + sizeof(blk_q4_0));
+    tr16x4(pn->p, bo + 2, T);
+  }
+  QX_UNROLL for (int c = 0; c < 4; c++) {
+    V[c] = _mm512_and_si512(T[c], m4);
+    V[c + 4] = _mm512_and_si512(_mm512_srli_epi32(T[c], 4), m4);
+  }
+  return dw;
+}
+
+// the integer dot of a q4_0 block (V) with token block x, -8 * sum(x) folded
+// in: four short dpbusd chains (integer sums: any order is exact)
+static inline __attribute__((always_inline)) __m512i q4_0_isum(const __m512i V[8], const blk_q8_0 *x, int32_t sx) {
+  const int32_t *xq = (const int32_t *)x->qs;
+  __m512i is[4] = {_mm512_set1_epi32(sx), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+  QX_UNROLL for (int c = 0; c < 8; c++) {
+    int32_t xd;
+    memcpy(&xd, xq + c, 4);
+    is[c % 4] = _mm512_dpbusd_epi32(is[c % 4], V[c], _mm512_set1_epi32(xd));
+  }
+  return _mm512_add_epi32(_mm512_add_epi32(is[0], is[1]), _mm512_add_epi32(is[2], is[3]));
+}
+
+// Up to 4 tokens against one panel, accumulators in registers (decode).
+static inline __attribute__((always_inline)) void c1_direct(const int NT, const panel16 *pn, const void *X,
+                                                            size_t xstride, int64_t j0, const tok_aux *ta, int64_t nb,
+                                                            __m512 acc[4]) {
+  const blk_q8_0 *x[4];
+  for (int t = 0; t < NT; t++) x[t] = (const blk_q8_0 *)((const char *)X + (size_t)(j0 + t) * xstride);
+  __m512 dw_next = pn->r16 ? _mm512_setzero_ps() : gather_f16(pn->p[0], pn->offs);
+  for (int64_t b = 0; b < nb; b++) {
+    __m512i V[8];
+    const __m512 dw = q4_0_block(pn, b, nb, V, &dw_next);
+    QX_UNROLL for (int t = 0; t < NT; t++) {
+      const __m512i isum = q4_0_isum(V, x[t] + b, ta->sx[t * nb + b]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(ta->dx[t * nb + b])), acc[t]);
     }
-    for (int64_t j = 0; j < nt; j++) store16(Y + (j0 + j) * ldy + r0, acc[j], nr);
   }
 }
 
-// q4_K repack orders: 16 rows, codes of a sub-block pair transposed into
-// registers, every token against them; accumulators (main, min) in scratch.
-static void tile_q4k_repack(bool v64, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
+// q4_0, one fma per block: 16 rows per panel. Up to 4 tokens in registers;
+// more: every token of the call against each block's codes, accumulators in
+// scratch.
+static void tile_q4_0_c1(bool r16, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
+                         int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k) {
+  const int64_t nb = k / 32, nt = j1 - j0;
+  char *scr = quant_scratch((size_t)nt * 64 + (size_t)nt * (size_t)nb * 8);
+  __m512 *accs = (__m512 *)scr;
+  const tok_aux ta = q8_0_aux(scr + (size_t)nt * 64, X, xstride, j0, nt, nb);
+  for (int64_t r0 = i0; r0 < i1; r0 += 16) {
+    const panel16 pn = panel_at(r16, W, wstride, r0, i1);
+    if (nt <= 4) {
+      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+      switch (nt) {
+        case 1: c1_direct(1, &pn, X, xstride, j0, &ta, nb, acc); break;
+        case 2: c1_direct(2, &pn, X, xstride, j0, &ta, nb, acc); break;
+        case 3: c1_direct(3, &pn, X, xstride, j0, &ta, nb, acc); break;
+        default: c1_direct(4, &pn, X, xstride, j0, &ta, nb, acc); break;
+      }
+      for (int64_t j = 0; j < nt; j++) panel_store(&pn, Y + (j0 + j) * ldy + r0, acc[j]);
+      continue;
+    }
+    for (int64_t j = 0; j < nt; j++) accs[j] = _mm512_setzero_ps();
+    __m512 dw_next = r16 ? _mm512_setzero_ps() : gather_f16(pn.p[0], pn.offs);
+    for (int64_t b = 0; b < nb; b++) {
+      __m512i V[8];
+      const __m512 dw = q4_0_block(&pn, b, nb, V, &dw_next);
+      for (int64_t j = 0; j < nt; j++) {
+        const blk_q8_0 *x = (const blk_q8_0 *)((const char *)X + (size_t)(j0 + j) * xstride) + b;
+        const __m512i isum = q4_0_isum(V, x, ta.sx[j * nb + b]);
+        accs[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(ta.dx[j * nb + b])),
+                                  accs[j]);
+      }
+    }
+    for (int64_t j = 0; j < nt; j++) panel_store(&pn, Y + (j0 + j) * ldy + r0, accs[j]);
+  }
+}
+
+// q4_K block b of a panel: row scales (d, dmin) and the 6-bit sub-block
+// scales and mins of 16 rows decoded lane-wise from the three dwords of the
+// packed 12 bytes (lane per row): sc[s] and mp[q] = min[2q] | min[2q+1] << 16.
+typedef struct {
+  __m512 dw, dmw;
+  __m512i s_lo, s_hi, m_lo, m_hi;  // bytes s (s < 4) / s - 4 of the scales and mins
+} q4k_scales;
+
+static inline __attribute__((always_inline)) q4k_scales q4k_block_scales(const panel16 *pn, int64_t b) {
+  __m512i u[3];
+  q4k_scales s;
+  if (pn->r16) {
+    const uint8_t *gb = pn->g + (size_t)b * 16 * sizeof(blk_q4_K);
+    s.dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb));
+    s.dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gb + 32)));
+    for (int i = 0; i < 3; i++) u[i] = _mm512_loadu_si512(gb + 64 + 64 * i);
+  } else {
+    const uint8_t *b0 = pn->p[0] + (size_t)b * sizeof(blk_q4_K);
+    s.dw = gather_f16(b0 + offsetof(blk_q4_K, d), pn->offs);
+    s.dmw = gather_f16(b0 + offsetof(blk_q4_K, dmin), pn->offs);
+    for (int i = 0; i < 3; i++) u[i] = gather_u32(b0 + offsetof(blk_q4_K, scales) + 4 * i, pn->offs);
+  }
+  const __m512i m6 = _mm512_set1_epi8(0x3f), m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x03);
+  s.s_lo = _mm512_and_si512(u[0], m6);
+  s.m_lo = _mm512_and_si512(u[1], m6);
+  s.s_hi = _mm512_or_si512(_mm512_and_si512(u[2], m4),
+                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u[0], 6), m2), 4));
+  s.m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u[2], 4), m4),
+                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u[1], 6), m2), 4));
+  return s;
+}
+
+static inline __m512i byte_of(__m512i w, int i) {
+  return _mm512_and_si512(_mm512_srli_epi32(w, 8 * i), _mm512_set1_epi32(0xff));
+}
+
+// the 8 code registers of sub-block pair q (T[t]: lane per row, dword t of
+// the 32 bytes 32q..32q+31), low nibbles in V[0][t], high in V[1][t]
+static inline __attribute__((always_inline)) void q4k_codes(const panel16 *pn, int64_t b, int q, __m512i V[2][8]) {
+  __m512i T[8];
+  if (pn->r16) {
+    const uint8_t *c = pn->g + (size_t)b * 16 * sizeof(blk_q4_K) + 256 + 512 * q;
+    QX_UNROLL for (int t = 0; t < 8; t++) T[t] = _mm512_loadu_si512(c + 64 * t);
+  } else {
+    const size_t bo = (size_t)b * sizeof(blk_q4_K) + offsetof(blk_q4_K, qs) + 32 * q;
+    tr16x4(pn->p, bo, T);
+    tr16x4(pn->p, bo + 16, T + 4);
+  }
+  const __m512i m4 = _mm512_set1_epi8(15);
+  QX_UNROLL for (int t = 0; t < 8; t++) {
+    V[0][t] = _mm512_and_si512(T[t], m4);
+    V[1][t] = _mm512_and_si512(_mm512_srli_epi32(T[t], 4), m4);
+  }
+}
+
+// sum of sc[2q] * dot(sub-block 2q) + sc[2q+1] * dot(2q+1), and of the mins
+// against the token's sub-block sums, for one token x (block b)
+static inline __attribute__((always_inline)) void q4k_pair(const __m512i V[2][8], __m512i sc0, __m512i sc1, __m512i mq,
+                                                           const blk_q8_K *x, int q, __m512i *tq, __m512i *mq_j) {
+  const int32_t *xq = (const int32_t *)x->qs + 16 * q;
+  __m512i is0 = _mm512_setzero_si512(), is1 = _mm512_setzero_si512();
+  QX_UNROLL for (int t = 0; t < 8; t++) {
+    int32_t a0, a1;
+    memcpy(&a0, xq + t, 4);
+    memcpy(&a1, xq + 8 + t, 4);
+    is0 = _mm512_dpbusd_epi32(is0, V[0][t], _mm512_set1_epi32(a0));
+    is1 = _mm512_dpbusd_epi32(is1, V[1][t], _mm512_set1_epi32(a1));
+  }
+  *tq = _mm512_add_epi32(_mm512_mullo_epi32(is0, sc0), _mm512_mullo_epi32(is1, sc1));
+  const int16_t B0 = (int16_t)(x->bsums[4 * q] + x->bsums[4 * q + 1]);
+  const int16_t B1 = (int16_t)(x->bsums[4 * q + 2] + x->bsums[4 * q + 3]);
+  const int32_t bp = (int32_t)((uint32_t)(uint16_t)B0 | (uint32_t)(uint16_t)B1 << 16);
+  *mq_j = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mq, _mm512_set1_epi32(bp));
+}
+
+// q4_K repack orders: 16 rows per panel; V64 (gemm) one fma per sub-block
+// pair, V256 (gemv) one per block. Up to 4 tokens in registers; more: every
+// token against each pair's codes, accumulators (main, min) in scratch.
+static void tile_q4k_repack(bool r16, bool v64, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
                             int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k) {
   const int64_t nb = k / QK_K, nt = j1 - j0;
   char *scr = quant_scratch((size_t)nt * 4 * 64);
   __m512 *acc = (__m512 *)scr, *accm = acc + nt;
   __m512i *tot = (__m512i *)(accm + nt), *mins = tot + nt;
-  const __m512i m4 = _mm512_set1_epi8(15);
   for (int64_t r0 = i0; r0 < i1; r0 += 16) {
-    const int nr = (int)MOLE_MIN(16, i1 - r0);
-    const uint8_t *p[16];
-    rows16(W, wstride, r0, i1, p);
-    const __m512i offs = row_offsets16(p);
+    const panel16 pn = panel_at(r16, W, wstride, r0, i1);
     for (int64_t j = 0; j < nt; j++) acc[j] = accm[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-      const size_t bo = (size_t)b * sizeof(blk_q4_K);
-      prefetch_rows(p, 16, bo, bo + sizeof(blk_q4_K));
-      int32_t sc[8][16], mp[4][16];
-      for (int L = 0; L < 16; L++) {
-        uint64_t scw, mnw;
-        qi_k4_scales(p[perm16(L)] + bo + offsetof(blk_q4_K, scales), &scw, &mnw);
-        for (int s = 0; s < 8; s++) sc[s][L] = (int32_t)((scw >> (8 * s)) & 0xff);
-        for (int q = 0; q < 4; q++)
-          mp[q][L] = (int32_t)(((mnw >> (16 * q)) & 0xff) | ((mnw >> (16 * q + 8)) & 0xff) << 16);
+      if (r16) {
+        prefetch_gb(pn.g + (size_t)b * 16 * sizeof(blk_q4_K), 16 * sizeof(blk_q4_K));
+      } else {
+        const size_t bo = (size_t)b * sizeof(blk_q4_K);
+        prefetch_rows(pn.p, 16, bo, bo + sizeof(blk_q4_K));
       }
-      const __m512 dw = gather_f16(p[0] + bo + offsetof(blk_q4_K, d), offs);
-      const __m512 dmw = gather_f16(p[0] + bo + offsetof(blk_q4_K, dmin), offs);
+      const q4k_scales S = q4k_block_scales(&pn, b);
       for (int64_t j = 0; j < nt; j++) tot[j] = mins[j] = _mm512_setzero_si512();
-      for (int q = 0; q < 4; q++) {
-        __m512i T[8], V[2][8];
-        tr16x4(p, bo + offsetof(blk_q4_K, qs) + 32 * q, T);
-        tr16x4(p, bo + offsetof(blk_q4_K, qs) + 32 * q + 16, T + 4);
-        for (int t = 0; t < 8; t++) {
-          V[0][t] = _mm512_and_si512(T[t], m4);
-          V[1][t] = _mm512_and_si512(_mm512_srli_epi32(T[t], 4), m4);
-        }
-        const __m512i sc0 = _mm512_loadu_si512(sc[2 * q]), sc1 = _mm512_loadu_si512(sc[2 * q + 1]);
-        const __m512i mq = _mm512_loadu_si512(mp[q]);
+      QX_UNROLL for (int q = 0; q < 4; q++) {
+        __m512i V[2][8];
+        q4k_codes(&pn, b, q, V);
+        const __m512i sw = q < 2 ? S.s_lo : S.s_hi, mw = q < 2 ? S.m_lo : S.m_hi;
+        const __m512i sc0 = byte_of(sw, 2 * (q % 2)), sc1 = byte_of(sw, 2 * (q % 2) + 1);
+        const __m512i mq = _mm512_or_si512(byte_of(mw, 2 * (q % 2)), _mm512_slli_epi32(byte_of(mw, 2 * (q % 2) + 1), 16));
         for (int64_t j = 0; j < nt; j++) {
           const blk_q8_K *x = (const blk_q8_K *)((const char *)X + (size_t)(j0 + j) * xstride) + b;
-          const int32_t *xq = (const int32_t *)x->qs + 16 * q;
-          __m512i is0 = _mm512_setzero_si512(), is1 = _mm512_setzero_si512();
-          QX_UNROLL for (int t = 0; t < 8; t++) {
-            int32_t a0, a1;
-            memcpy(&a0, xq + t, 4);
-            memcpy(&a1, xq + 8 + t, 4);
-            is0 = _mm512_dpbusd_epi32(is0, V[0][t], _mm512_set1_epi32(a0));
-            is1 = _mm512_dpbusd_epi32(is1, V[1][t], _mm512_set1_epi32(a1));
-          }
-          __m512i tq = _mm512_add_epi32(_mm512_mullo_epi32(is0, sc0), _mm512_mullo_epi32(is1, sc1));
-          const int16_t B0 = (int16_t)(x->bsums[4 * q] + x->bsums[4 * q + 1]);
-          const int16_t B1 = (int16_t)(x->bsums[4 * q + 2] + x->bsums[4 * q + 3]);
-          const int32_t bp = (int32_t)((uint32_t)(uint16_t)B0 | (uint32_t)(uint16_t)B1 << 16);
-          __m512i mq_j = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mq, _mm512_set1_epi32(bp));
+          __m512i tq, mq_j;
+          q4k_pair(V, sc0, sc1, mq, x, q, &tq, &mq_j);
           if (v64) {
             const __m512 xd = _mm512_set1_ps(x->d);
-            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tq), _mm512_mul_ps(dw, xd), acc[j]);
-            accm[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mq_j), _mm512_mul_ps(dmw, xd), accm[j]);
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tq), _mm512_mul_ps(S.dw, xd), acc[j]);
+            accm[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mq_j), _mm512_mul_ps(S.dmw, xd), accm[j]);
           } else {
             tot[j] = _mm512_add_epi32(tot[j], tq);
             mins[j] = _mm512_add_epi32(mins[j], mq_j);
@@ -571,16 +697,18 @@ static void tile_q4k_repack(bool v64, const void *W, size_t wstride, const void 
       if (!v64)
         for (int64_t j = 0; j < nt; j++) {
           const __m512 xd = _mm512_set1_ps(((const blk_q8_K *)((const char *)X + (size_t)(j0 + j) * xstride))[b].d);
-          acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot[j]), _mm512_mul_ps(dw, xd), acc[j]);
-          accm[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins[j]), _mm512_mul_ps(dmw, xd), accm[j]);
+          acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot[j]), _mm512_mul_ps(S.dw, xd), acc[j]);
+          accm[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins[j]), _mm512_mul_ps(S.dmw, xd), accm[j]);
         }
     }
-    for (int64_t j = 0; j < nt; j++) store16(Y + (j0 + j) * ldy + r0, _mm512_sub_ps(acc[j], accm[j]), nr);
+    for (int64_t j = 0; j < nt; j++) panel_store(&pn, Y + (j0 + j) * ldy + r0, _mm512_sub_ps(acc[j], accm[j]));
   }
 }
 
 // q8_0 (and q4_0 without repack): 8 rows as 4 pairs, 4 tokens. Panel per
 // block: 4 registers of unsigned codes [row 2q | row 2q+1], 8 row scales.
+// From an R16 group the 8 rows are one half of it, their codes already
+// unsigned, 64 bytes per pair.
 enum { L8_PB = 4 * 64 + 64 };
 
 static void l8_aux(bool q4, const blk_q8_0 *x, int64_t nb, int32_t *aux) {
@@ -593,35 +721,67 @@ static void l8_aux(bool q4, const blk_q8_0 *x, int64_t nb, int32_t *aux) {
   }
 }
 
+// 8 rows of a matrix: rows r0.. (the last repeated past the end), or half h
+// of the R16 group at g
+typedef struct {
+  const uint8_t *g;  // R16: the group (NULL: rows)
+  int h;
+  const uint8_t *p[8];
+} panel8;
+
+// the codes of block b as 4 registers of unsigned bytes [row 2q | row 2q+1]
+static inline __attribute__((always_inline)) void l8_codes(bool q4, const panel8 *pn, int64_t b, __m512i w[4]) {
+  if (pn->g) {
+    const uint8_t *c = pn->g + (size_t)b * 16 * sizeof(blk_q8_0) + 32 + 256 * pn->h;
+    QX_UNROLL for (int q = 0; q < 4; q++) w[q] = _mm512_loadu_si512(c + 64 * q);
+    return;
+  }
+  const size_t bo = (size_t)b * (q4 ? sizeof(blk_q4_0) : sizeof(blk_q8_0));
+  const __m512i off2 = _mm512_set1_epi8((char)0x80);
+  QX_UNROLL for (int q = 0; q < 4; q++) {
+    if (q4) {
+      w[q] = _mm512_inserti64x4(_mm512_castsi256_si512(nib32(pn->p[2 * q] + bo + 2)), nib32(pn->p[2 * q + 1] + bo + 2), 1);
+    } else {
+      __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(pn->p[2 * q] + bo + 2)));
+      v = _mm512_mask_broadcast_i64x4(v, 0xf0, _mm256_loadu_si256((const __m256i *)(pn->p[2 * q + 1] + bo + 2)));
+      w[q] = _mm512_xor_si512(v, off2);
+    }
+  }
+}
+
 // One token group of up to 4 tokens straight from the rows (decode): the
-// codes of 8 rows as 4 pairs per block, the scales gathered a block ahead.
-// aux[t]: per block of token t, 40 int32: the 8 lane corrections -off * sum
-// of the token's bytes, its scale as a float, padding (l8_aux)
-static inline __attribute__((always_inline)) void l8_direct(bool q4, const int NT, const uint8_t *const *p,
+// codes of 8 rows as 4 pairs per block, the scales gathered a block ahead
+// (rows) or loaded (R16). aux[t]: per block of token t, 40 int32: the 8 lane
+// corrections -off * sum of the token's bytes, its scale as a float, padding
+// (l8_aux)
+static inline __attribute__((always_inline)) void l8_direct(bool q4, const int NT, const panel8 *pn,
                                                             const blk_q8_0 *const *x, const int32_t *const *aux,
                                                             int64_t nb, __m512 acc[4][4]) {
   const size_t bsz = q4 ? sizeof(blk_q4_0) : sizeof(blk_q8_0);
-  const __m512i off2 = q4 ? _mm512_set1_epi8(8) : _mm512_set1_epi8((char)0x80);
-  int32_t o[8];
-  for (int r = 0; r < 8; r++) o[r] = (int32_t)(p[r] - p[0]);
-  const __m256i offs = _mm256_loadu_si256((const __m256i *)o);
-  __m256 dw_next = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_i32gather_epi32((const int *)p[0], offs, 1)));
+  __m256i offs = _mm256_setzero_si256();
+  __m256 dw_next = _mm256_setzero_ps();
+  if (!pn->g) {
+    int32_t o[8];
+    for (int r = 0; r < 8; r++) o[r] = (int32_t)(pn->p[r] - pn->p[0]);
+    offs = _mm256_loadu_si256((const __m256i *)o);
+    dw_next = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_i32gather_epi32((const int *)pn->p[0], offs, 1)));
+  }
   for (int64_t b = 0; b < nb; b++) {
-    const size_t bo = (size_t)b * bsz;
-    const __m256 dw = dw_next;
-    if (b + 1 < nb)
-      dw_next = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_i32gather_epi32((const int *)(p[0] + bo + bsz), offs, 1)));
-    prefetch_rows(p, 8, bo, bo + bsz);
-    __m512i w[4];
-    QX_UNROLL for (int q = 0; q < 4; q++) {
-      if (q4) {
-        w[q] = _mm512_inserti64x4(_mm512_castsi256_si512(nib32(p[2 * q] + bo + 2)), nib32(p[2 * q + 1] + bo + 2), 1);
-      } else {
-        __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(p[2 * q] + bo + 2)));
-        v = _mm512_mask_broadcast_i64x4(v, 0xf0, _mm256_loadu_si256((const __m256i *)(p[2 * q + 1] + bo + 2)));
-        w[q] = _mm512_xor_si512(v, off2);
-      }
+    __m256 dw;
+    if (pn->g) {
+      const uint8_t *gb = pn->g + (size_t)b * 16 * sizeof(blk_q8_0);
+      if (pn->h == 0) prefetch_gb(gb, 16 * sizeof(blk_q8_0));
+      dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16 * pn->h)));
+    } else {
+      const size_t bo = (size_t)b * bsz;
+      dw = dw_next;
+      if (b + 1 < nb)
+        dw_next = _mm256_cvtph_ps(
+            _mm256_cvtepi32_epi16(_mm256_i32gather_epi32((const int *)(pn->p[0] + bo + bsz), offs, 1)));
+      prefetch_rows(pn->p, 8, bo, bo + bsz);
     }
+    __m512i w[4];
+    l8_codes(q4, pn, b, w);
     QX_UNROLL for (int t = 0; t < NT; t++) {
       const __m512i xv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[t][b].qs));
       const __m512i corr = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(aux[t] + 40 * b)));
@@ -635,10 +795,11 @@ static inline __attribute__((always_inline)) void l8_direct(bool q4, const int N
   }
 }
 
-static void tile_l8(bool q4, const void *W, size_t wstride, const void *X, size_t xstride, float *Y, int64_t ldy,
-                    int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k) {
+static void tile_l8(bool r16, bool q4, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
+                    int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k) {
   const int64_t nb = k / 32, nt = j1 - j0;
   const size_t bsz = q4 ? sizeof(blk_q4_0) : sizeof(blk_q8_0);
+  MOLE_ASSERT(!r16 || (!q4 && i0 % 8 == 0));
   // the tokens' corrections and scales once per call when they fit in L2
   const size_t aux_bytes = (size_t)nt * (size_t)nb * 40 * 4;
   const bool have_aux = nt <= 4 || aux_bytes <= ((size_t)1 << 20);
@@ -651,8 +812,12 @@ static void tile_l8(bool q4, const void *W, size_t wstride, const void *X, size_
   const __m512i off2 = _mm512_broadcast_i64x4(off);
   for (int64_t r0 = i0; r0 < i1; r0 += 8) {
     const int nr = (int)MOLE_MIN(8, i1 - r0);
-    const uint8_t *p[8];
-    for (int r = 0; r < 8; r++) p[r] = (const uint8_t *)W + (size_t)MOLE_MIN(r0 + r, i1 - 1) * wstride;
+    panel8 pn = {NULL, 0, {NULL}};
+    if (r16) {
+      pn.g = (const uint8_t *)W + (size_t)(r0 / 16 * 16) * wstride;
+      pn.h = (int)(r0 % 16 / 8);
+    }
+    for (int r = 0; r < 8; r++) pn.p[r] = (const uint8_t *)W + (size_t)MOLE_MIN(r0 + r, i1 - 1) * wstride;
     if (nt <= 4) {  // decode: no panel
       __m512 acc[4][4];
       const blk_q8_0 *x[4];
@@ -663,10 +828,10 @@ static void tile_l8(bool q4, const void *W, size_t wstride, const void *X, size_
         for (int q = 0; q < 4; q++) acc[q][t] = _mm512_setzero_ps();
       }
       switch (nt) {
-        case 1: l8_direct(q4, 1, p, x, aux, nb, acc); break;
-        case 2: l8_direct(q4, 2, p, x, aux, nb, acc); break;
-        case 3: l8_direct(q4, 3, p, x, aux, nb, acc); break;
-        default: l8_direct(q4, 4, p, x, aux, nb, acc); break;
+        case 1: l8_direct(q4, 1, &pn, x, aux, nb, acc); break;
+        case 2: l8_direct(q4, 2, &pn, x, aux, nb, acc); break;
+        case 3: l8_direct(q4, 3, &pn, x, aux, nb, acc); break;
+        default: l8_direct(q4, 4, &pn, x, aux, nb, acc); break;
       }
       for (int t = 0; t < nt; t++) {
         float *y = Y + (j0 + t) * ldy + r0;
@@ -680,13 +845,21 @@ static void tile_l8(bool q4, const void *W, size_t wstride, const void *X, size_
     for (int64_t b = 0; b < nb; b++) {
       char *pb = panel + (size_t)b * L8_PB;
       float dw[8];
-      for (int r = 0; r < 8; r++) {
-        const uint8_t *blk = p[r] + (size_t)b * bsz;
-        __m256i c = q4 ? nib32(blk + 2) : _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), off);
-        _mm256_store_si256((__m256i *)(pb + 32 * r), c);
-        uint16_t h;
-        memcpy(&h, blk, 2);
-        dw[r] = h2f(h);
+      if (r16) {
+        const uint8_t *gb = pn.g + (size_t)b * 16 * sizeof(blk_q8_0);
+        __m512i w[4];
+        l8_codes(false, &pn, b, w);
+        for (int q = 0; q < 4; q++) _mm512_store_si512(pb + 64 * q, w[q]);
+        _mm256_storeu_ps(dw, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16 * pn.h))));
+      } else {
+        for (int r = 0; r < 8; r++) {
+          const uint8_t *blk = pn.p[r] + (size_t)b * bsz;
+          __m256i c = q4 ? nib32(blk + 2) : _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), off);
+          _mm256_store_si256((__m256i *)(pb + 32 * r), c);
+          uint16_t h;
+          memcpy(&h, blk, 2);
+          dw[r] = h2f(h);
+        }
       }
       memcpy(pb + 256, dw, sizeof dw);
     }
@@ -775,11 +948,11 @@ void quant_exact_tile_avx512(qx_order o, const void *W, size_t wstride, const vo
                              int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k) {
   if (i0 >= i1 || j0 >= j1) return;
   switch (o) {
-    case QX_Q4_0_C1: tile_q4_0_c1(W, wstride, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
-    case QX_Q4_K_V256: tile_q4k_repack(false, W, wstride, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
-    case QX_Q4_K_V64: tile_q4k_repack(true, W, wstride, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
-    case QX_Q8_0: tile_l8(false, W, wstride, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
-    case QX_Q4_0_L8: tile_l8(true, W, wstride, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
+    case QX_Q4_0_C1: tile_q4_0_c1(false, W, wstride, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
+    case QX_Q4_K_V256: tile_q4k_repack(false, false, W, wstride, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
+    case QX_Q4_K_V64: tile_q4k_repack(false, true, W, wstride, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
+    case QX_Q8_0: tile_l8(false, false, W, wstride, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
+    case QX_Q4_0_L8: tile_l8(false, true, W, wstride, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
     case QX_F32_T16: case QX_F16_T16: case QX_BF16_T32:
       tile_tiny(o, W, wstride, X, xstride, Y, ldy, i0, i1, j0, j1, k);
       return;
@@ -805,5 +978,20 @@ void quant_exact_tile_avx512(qx_order o, const void *W, size_t wstride, const vo
         for (int64_t i = i0; i < i1; i++)
           quant_exact_dot_avx512(o, k, &Y[j * ldy + i], (const char *)W + (size_t)i * wstride,
                                  (const char *)X + (size_t)j * xstride);
+  }
+}
+
+void quant_exact_tile_r16_avx512(qx_order o, quant_type t, const void *W, int64_t n_rows, const void *X,
+                                 size_t xstride, float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                                 int64_t k) {
+  MOLE_ASSERT(i0 % 16 == 0 && i1 <= n_rows / 16 * 16);
+  if (i0 >= i1 || j0 >= j1) return;
+  const size_t rb = quant_row_size(t, k);
+  switch (o) {
+    case QX_Q4_0_C1: tile_q4_0_c1(true, W, rb, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
+    case QX_Q4_K_V256: tile_q4k_repack(true, false, W, rb, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
+    case QX_Q4_K_V64: tile_q4k_repack(true, true, W, rb, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
+    case QX_Q8_0: tile_l8(true, false, W, rb, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
+    default: MOLE_ASSERT(!"quant_exact_tile_r16_avx512: no R16 kernel for this order");
   }
 }

@@ -346,19 +346,30 @@ void quant_exact_tile_ref(qx_order o, const void *W, size_t wstride, const void 
 
 bool quant_exact_have_avx512(void) { return strcmp(quant_isa_name(), "avx512vnni") == 0; }
 
-bool quant_exact_gemm(quant_type wt, const qx_op *op, const void *W, size_t wstride, const void *X, size_t xstride,
-                      float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k) {
+bool quant_exact_gemm(quant_type wt, const qx_op *op, quant_layout lay, const void *W, size_t wstride, const void *X,
+                      size_t xstride, float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k) {
   if (quant_exact_order(wt, op, n_tok, 0, k) == QX_NONE) return false;
   const bool simd = quant_exact_have_avx512();
+  // QL_R16: the groups in [i0, g_end), the tail rows after it in row layout
+  const int64_t g_end = lay == QL_R16 ? MOLE_MIN(i1, op->n_rows / 16 * 16) : i0;
   // tokens in runs of one order (q4_K: the gemm tokens, then the gemv ones)
   for (int64_t j0 = 0; j0 < n_tok;) {
     qx_order o = quant_exact_order(wt, op, n_tok, j0, k);
     int64_t j1 = j0 + 1;
     while (j1 < n_tok && quant_exact_order(wt, op, n_tok, j1, k) == o) j1++;
-    if (simd)
-      quant_exact_tile_avx512(o, W, wstride, X, xstride, Y, ldy, i0, i1, j0, j1, k);
-    else
-      quant_exact_tile_ref(o, W, wstride, X, xstride, Y, ldy, i0, i1, j0, j1, k);
+    if (g_end > i0) {
+      if (simd)
+        quant_exact_tile_r16_avx512(o, wt, W, op->n_rows, X, xstride, Y, ldy, i0, g_end, j0, j1, k);
+      else
+        quant_exact_tile_r16_ref(o, wt, W, op->n_rows, X, xstride, Y, ldy, i0, g_end, j0, j1, k);
+    }
+    const int64_t r0 = MOLE_MAX(i0, g_end);
+    if (r0 < i1) {
+      if (simd)
+        quant_exact_tile_avx512(o, W, wstride, X, xstride, Y, ldy, r0, i1, j0, j1, k);
+      else
+        quant_exact_tile_ref(o, W, wstride, X, xstride, Y, ldy, r0, i1, j0, j1, k);
+    }
     j0 = j1;
   }
   return true;

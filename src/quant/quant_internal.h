@@ -181,7 +181,9 @@ bool quant_gemm_avx512(quant_type wt, const void *W, size_t wstride, const void 
                        int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k);
 
 // Per-thread scratch for packing (grow-only, 64-byte aligned, freed at thread
-// exit). Valid until the next call on the same thread.
-void *quant_scratch(size_t n);
+// exit). Valid until the next call on the same thread and slot: kernels use
+// slot 0, the layout conversions around them slot 1.
+void *quant_scratch_slot(int slot, size_t n);
+static inline void *quant_scratch(size_t n) { return quant_scratch_slot(0, n); }
 
 #endif
