@@ -307,7 +307,8 @@ static void test_gemm_split(void **st) {
 
 // ---- the R16 layout ------------------------------------------------------------------------------
 
-static const order_type k_r16[] = {{QX_Q4_0_C1, QT_Q4_0}, {QX_Q8_0, QT_Q8_0}, {QX_Q4_K_V256, QT_Q4_K}, {QX_Q4_K_V64, QT_Q4_K}};
+static const order_type k_r16[] = {{QX_Q4_0_C1, QT_Q4_0},   {QX_Q8_0, QT_Q8_0},     {QX_Q4_K_V256, QT_Q4_K},
+                                   {QX_Q4_K_V64, QT_Q4_K}, {QX_Q6_K_K8, QT_Q6_K}};
 
 // A random matrix of `rows` rows in row layout and its R16 copy.
 static void gen_r16(uint64_t *s, quant_type t, int64_t k, int64_t rows, char **W, char **R) {
@@ -324,12 +325,12 @@ static void gen_r16(uint64_t *s, quant_type t, int64_t k, int64_t rows, char **W
 static void test_r16_layout(void **st) {
   (void)st;
   uint64_t s = 41;
-  const quant_type types[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K};
+  const quant_type types[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q6_K};
   const int64_t rows_list[] = {16, 24, 40, 64};
-  for (size_t ti = 0; ti < 3; ti++)
+  for (size_t ti = 0; ti < 4; ti++)
     for (size_t ri = 0; ri < 4; ri++) {
       const quant_type t = types[ti];
-      const int64_t k = t == QT_Q4_K ? 512 : 96, rows = rows_list[ri];
+      const int64_t k = t == QT_Q4_K || t == QT_Q6_K ? 512 : 96, rows = rows_list[ri];
       assert_true(quant_r16_supported(t, rows));
       const size_t rb = quant_row_size(t, k);
       char *W, *R;
@@ -339,7 +340,7 @@ static void test_r16_layout(void **st) {
       assert_memory_equal(back, W, rb * (size_t)rows);
       // the same bytes, rearranged: a byte histogram is unchanged except for
       // the q8_0 codes stored + 128
-      if (t != QT_Q8_0) {
+      if (t != QT_Q8_0 && t != QT_Q6_K) {
         int64_t h0[256] = {0}, h1[256] = {0};
         for (size_t i = 0; i < rb * (size_t)rows; i++) h0[(uint8_t)W[i]]++, h1[(uint8_t)R[i]]++;
         assert_memory_equal(h0, h1, sizeof h0);
@@ -356,7 +357,8 @@ static void test_r16_layout(void **st) {
   assert_false(quant_r16_supported(QT_Q4_0, 20));
   assert_false(quant_r16_supported(QT_Q4_K, 36));
   assert_false(quant_r16_supported(QT_Q4_0, 8));
-  assert_false(quant_r16_supported(QT_Q6_K, 64));
+  assert_true(quant_r16_supported(QT_Q6_K, 17));
+  assert_false(quant_r16_supported(QT_Q5_K, 64));
   assert_false(quant_r16_supported(QT_F32, 64));
 }
 
@@ -417,7 +419,8 @@ static void test_r16_gemm(void **st) {
     int64_t rows, n, k;
     bool expert;
   } cases[] = {{QT_Q4_0, 40, 1, 64, false}, {QT_Q4_0, 40, 7, 64, true}, {QT_Q8_0, 37, 3, 96, false},
-               {QT_Q4_K, 24, 7, 512, false}, {QT_Q4_K, 24, 2, 256, true}, {QT_Q8_0, 48, 6, 32, true}};
+               {QT_Q4_K, 24, 7, 512, false}, {QT_Q4_K, 24, 2, 256, true}, {QT_Q8_0, 48, 6, 32, true},
+               {QT_Q6_K, 37, 3, 512, false}, {QT_Q6_K, 16, 1, 256, true}};
   for (int lvl = 0; lvl <= 2; lvl++) {
     quant_force_isa(lvl);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {

@@ -795,6 +795,29 @@ static inline __attribute__((always_inline)) void l8_direct(bool q4, const int N
   }
 }
 
+// Up to 2 tokens against a whole R16 group (decode): both halves of each
+// group block in turn, so the group is read front to back once.
+static inline __attribute__((always_inline)) void l8_r16_group(const int NT, const uint8_t *g,
+                                                               const blk_q8_0 *const *x, const int32_t *const *aux,
+                                                               int64_t nb, __m512 acc[2][4][2]) {
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *gb = g + (size_t)b * 16 * sizeof(blk_q8_0);
+    prefetch_gb(gb, 16 * sizeof(blk_q8_0));
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb));
+    QX_UNROLL for (int t = 0; t < NT; t++) {
+      const __m512i xv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[t][b].qs));
+      const __m512i corr = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(aux[t] + 40 * b)));
+      const __m512 d16 = _mm512_mul_ps(dw, _mm512_set1_ps(((const float *)aux[t])[40 * b + 8]));
+      QX_UNROLL for (int h = 0; h < 2; h++) QX_UNROLL for (int q = 0; q < 4; q++) {
+        const __m512i w = _mm512_loadu_si512(gb + 32 + 256 * h + 64 * q);
+        const __m512i is = _mm512_dpbusd_epi32(corr, w, xv);
+        acc[h][q][t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pair_idx(8 * h + 2 * q, 8 * h + 2 * q + 1), d16),
+                                       _mm512_cvtepi32_ps(is), acc[h][q][t]);
+      }
+    }
+  }
+}
+
 static void tile_l8(bool r16, bool q4, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
                     int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k) {
   const int64_t nb = k / 32, nt = j1 - j0;
@@ -810,6 +833,34 @@ static void tile_l8(bool r16, bool q4, const void *W, size_t wstride, const void
       l8_aux(q4, (const blk_q8_0 *)((const char *)X + (size_t)(j0 + t) * xstride), nb, l8x + (size_t)t * (size_t)nb * 40);
   const __m256i off = q4 ? _mm256_set1_epi8(8) : _mm256_set1_epi8((char)0x80);
   const __m512i off2 = _mm512_broadcast_i64x4(off);
+  if (r16 && nt <= 2) {  // decode: whole groups
+    for (int64_t r0 = i0; r0 < i1; r0 += 16) {
+      const int nr = (int)MOLE_MIN(16, i1 - r0);
+      __m512 acc[2][4][2];
+      const blk_q8_0 *x[2];
+      const int32_t *aux[2];
+      for (int t = 0; t < 2; t++) {
+        x[t] = (const blk_q8_0 *)((const char *)X + (size_t)(j0 + MOLE_MIN(t, nt - 1)) * xstride);
+        aux[t] = l8x + (size_t)MOLE_MIN(t, nt - 1) * (size_t)nb * 40;
+        for (int h = 0; h < 2; h++)
+          for (int q = 0; q < 4; q++) acc[h][q][t] = _mm512_setzero_ps();
+      }
+      const uint8_t *g = (const uint8_t *)W + (size_t)r0 * wstride;
+      if (nt == 1)
+        l8_r16_group(1, g, x, aux, nb, acc);
+      else
+        l8_r16_group(2, g, x, aux, nb, acc);
+      for (int t = 0; t < nt; t++) {
+        float *y = Y + (j0 + t) * ldy + r0;
+        for (int h = 0; h < 2; h++)
+          for (int q = 0; q < 4; q++) {
+            if (8 * h + 2 * q < nr) y[8 * h + 2 * q] = hs8(_mm512_castps512_ps256(acc[h][q][t]));
+            if (8 * h + 2 * q + 1 < nr) y[8 * h + 2 * q + 1] = hs8(_mm512_extractf32x8_ps(acc[h][q][t], 1));
+          }
+      }
+    }
+    return;
+  }
   for (int64_t r0 = i0; r0 < i1; r0 += 8) {
     const int nr = (int)MOLE_MIN(8, i1 - r0);
     panel8 pn = {NULL, 0, {NULL}};
@@ -905,6 +956,92 @@ static void tile_l8(bool r16, bool q4, const void *W, size_t wstride, const void
   }
 }
 
+// q6_K (vec_dot_q6_K_q8_K: 8 float lanes per row, one fma per block) on R16
+// groups: one row per lane, so a row's 8 lanes are 8 registers. Lane l sums
+// the elements 4l..4l+3 of every 32 (j 0..1, c 0..3) times their scales; the
+// layout (quant_r16.c) stores its codes in the order read here. Tokens one at a
+// time (the group's blocks stay in L2 across them).
+static inline __m512i q6k_r16_code3(__m512i A, __m512i B, __m512i C) {
+  const __m512i m03 = _mm512_set1_epi8(0x03), m0c = _mm512_set1_epi8(0x0c);
+  // bits 0-1 from A >> 6, 2-3 from B >> 4, 4-5 from C >> 2 (vpternlog bit selects)
+  __m512i hi = _mm512_ternarylogic_epi32(m0c, _mm512_srli_epi32(B, 4), _mm512_srli_epi32(C, 2), 0xca);
+  hi = _mm512_ternarylogic_epi32(m03, _mm512_srli_epi32(A, 6), hi, 0xca);
+  return _mm512_and_si512(hi, _mm512_set1_epi8(0x3f));
+}
+
+// byte `at` of each dword, sign-extended, in its low 16 bits (high 16 zero):
+// a vpmaddwd operand
+static inline __m512i q6k_sc16(__m512i plane, int at) {
+  const __m512i idx = _mm512_set1_epi32((int)(0x80800080u | (uint32_t)at << 8));
+  return _mm512_srai_epi16(_mm512_shuffle_epi8(plane, _mm512_add_epi8(idx, _mm512_set4_epi32(12 << 8, 8 << 8, 4 << 8, 0))), 8);
+}
+// bytes `at`, at + 1 of each dword, sign-extended, as the two int16 halves
+static inline __m512i q6k_pair16(__m512i plane, int at) {
+  const __m512i idx = _mm512_set1_epi32((int)(0x00800080u | (uint32_t)at << 8 | (uint32_t)(at + 1) << 24));
+  return _mm512_srai_epi16(_mm512_shuffle_epi8(plane, _mm512_add_epi8(idx, _mm512_set4_epi32(12 << 8 | 12 << 24, 8 << 8 | 8 << 24, 4 << 8 | 4 << 24, 0))), 8);
+}
+
+static void tile_q6k_r16(const void *W, size_t rb, const void *X, size_t xstride, float *Y, int64_t ldy, int64_t i0,
+                         int64_t i1, int64_t j0, int64_t j1, int64_t k) {
+  const int64_t nb = k / QK_K;
+  const size_t gbs = 16 * sizeof(blk_q6_K);
+  const __m512i m6 = _mm512_set1_epi8(0x3f);
+  for (int64_t r0 = i0; r0 < i1; r0 += 16) {
+    const int nr = (int)MOLE_MIN(16, i1 - r0);
+    const uint8_t *grp = (const uint8_t *)W + (size_t)r0 * rb;
+    for (int64_t jt = j0; jt < j1; jt++) {
+      const blk_q8_K *xb = (const blk_q8_K *)((const char *)X + (size_t)jt * xstride);
+      __m512 acc[8];
+      for (int l = 0; l < 8; l++) acc[l] = _mm512_setzero_ps();
+      for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *gb = grp + (size_t)b * gbs;
+        const blk_q8_K *x = xb + b;
+        if (jt == j0) prefetch_gb(gb, gbs);
+        const int32_t *xq = (const int32_t *)x->qs;
+        __m512i sp[4];
+        for (int u = 0; u < 4; u++) sp[u] = _mm512_loadu_si512(gb + 32 + 64 * u);
+        const __m512 d = _mm512_mul_ps(_mm512_set1_ps(x->d), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb)));
+        QX_UNROLL for (int h = 0; h < 2; h++) {  // lanes 4h..4h+3: scales 2c + h of each 16
+          __m512i li[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
+                           _mm512_setzero_si512()};
+          QX_UNROLL for (int j = 0; j < 2; j++) {
+            __m512i sc[4];
+            QX_UNROLL for (int c = 0; c < 4; c++) {
+              const int sidx = 8 * j + 2 * c + h;
+              sc[c] = q6k_sc16(sp[sidx / 4], sidx % 4);
+            }
+            QX_UNROLL for (int li4 = 0; li4 < 4; li4++) {
+              const int l = 4 * h + li4;
+              const uint8_t *cg = gb + 288 + 192 * (8 * h + 4 * j + li4);
+              const __m512i A = _mm512_loadu_si512(cg), B = _mm512_loadu_si512(cg + 64), C = _mm512_loadu_si512(cg + 128);
+              const __m512i R[4] = {_mm512_and_si512(A, m6), _mm512_and_si512(B, m6), _mm512_and_si512(C, m6),
+                                    q6k_r16_code3(A, B, C)};
+              QX_UNROLL for (int c = 0; c < 4; c++) {
+                int32_t xd;
+                memcpy(&xd, xq + 32 * j + 8 * c + l, 4);
+                const __m512i is = _mm512_dpbusd_epi32(_mm512_setzero_si512(), R[c], _mm512_set1_epi32(xd));
+                li[li4] = _mm512_add_epi32(li[li4], _mm512_madd_epi16(is, sc[c]));
+              }
+            }
+          }
+          QX_UNROLL for (int li4 = 0; li4 < 4; li4++) {
+            const int l = 4 * h + li4;
+            const int32_t bp = (int32_t)((uint32_t)(uint16_t)x->bsums[2 * l] | (uint32_t)(uint16_t)x->bsums[2 * l + 1] << 16);
+            const __m512i corr =
+                _mm512_dpwssd_epi32(_mm512_setzero_si512(), q6k_pair16(sp[l / 2], 2 * (l % 2)), _mm512_set1_epi32(bp));
+            const __m512i lane = _mm512_sub_epi32(li[li4], _mm512_slli_epi32(corr, 5));
+            acc[l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lane), acc[l]);
+          }
+        }
+      }
+      // hsum_float_8 per row, lane-wise
+      const __m512 s0 = _mm512_add_ps(_mm512_add_ps(acc[0], acc[4]), _mm512_add_ps(acc[2], acc[6]));
+      const __m512 s1 = _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7]));
+      _mm512_mask_storeu_ps(Y + jt * ldy + r0, tail16(nr), _mm512_add_ps(s0, s1));
+    }
+  }
+}
+
 // tinyBLAS orders: 4 rows x 4 tokens of 16-lane accumulators
 static void tile_tiny(qx_order o, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
                       int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k) {
@@ -992,6 +1129,7 @@ void quant_exact_tile_r16_avx512(qx_order o, quant_type t, const void *W, int64_
     case QX_Q4_K_V256: tile_q4k_repack(true, false, W, rb, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
     case QX_Q4_K_V64: tile_q4k_repack(true, true, W, rb, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
     case QX_Q8_0: tile_l8(true, false, W, rb, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
+    case QX_Q6_K_K8: tile_q6k_r16(W, rb, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
     default: MOLE_ASSERT(!"quant_exact_tile_r16_avx512: no R16 kernel for this order");
   }
 }

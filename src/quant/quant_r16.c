@@ -10,6 +10,13 @@
 //   q8_0 (544 B):  d[16] f16 at 2L | the 32 codes of row L, each + 128 (unsigned), at 32 + 32L
 //   q4_K (2304 B): d[16] at 2L | dmin[16] at 32 + 2L | scales bytes 4u..4u+3 at 64 + 64u + 4L (u 0..2)
 //                  | qs bytes 32q+4t..32q+4t+3 at 256 + 512q + 64t + 4L (q 0..3, t 0..7)
+//   q6_K (3360 B): d[16] at 2L | scales bytes 4u..4u+3 at 32 + 64u + 4L (u 0..3) | the 6-bit codes
+//                  unpacked to bytes, 4 at a time: for g = 8(l/4) + 4j + l%4 (j 0..1, l 0..7: the
+//                  order the kernel reads them) three registers
+//                  A, B, C at 288 + 192g + 64w + 4L + t (w 0..2, t 0..3) with the codes of elements
+//                  128j + 32w + 4l + t in their low 6 bits and, 2 bits in each, the code of
+//                  element 128j + 96 + 4l + t in their top bits (A bits 0-1, B 2-3, C 4-5): each
+//                  register is one dpbusd operand after an and, the fourth after three shifts
 // Rows past the last full group keep the GGUF row layout, at the offsets they
 // have there (a group takes exactly the bytes of its 16 rows).
 #include <string.h>
@@ -19,7 +26,7 @@
 
 bool quant_r16_supported(quant_type t, int64_t n_rows) {
   switch (t) {
-    case QT_Q8_0: return n_rows >= 16;
+    case QT_Q8_0: case QT_Q6_K: return n_rows >= 16;
     // the repack orders of llama.cpp (one lane per row) exist only for ne1 % 8 == 0
     case QT_Q4_0: case QT_Q4_K: return n_rows >= 16 && n_rows % 8 == 0;
     default: return false;
@@ -49,6 +56,50 @@ static size_t r16_pos(quant_type t, int L, size_t o, bool *flip) {
   }
 }
 
+// q6_K: the code (0..63) of element E of a block, and setting it
+static int q6k_get(const blk_q6_K *b, int E) {
+  const int j = E / 128, c = (E % 128) / 32, e = E % 32;
+  const uint8_t l = b->ql[64 * j + e + 32 * (c & 1)];
+  return (c >= 2 ? l >> 4 : l & 15) | ((b->qh[32 * j + e] >> (2 * c)) & 3) << 4;
+}
+static void q6k_set(blk_q6_K *b, int E, int code) {
+  const int j = E / 128, c = (E % 128) / 32, e = E % 32;
+  uint8_t *l = &b->ql[64 * j + e + 32 * (c & 1)], *h = &b->qh[32 * j + e];
+  *l = c >= 2 ? (uint8_t)((*l & 0x0f) | (code & 15) << 4) : (uint8_t)((*l & 0xf0) | (code & 15));
+  *h = (uint8_t)((*h & ~(3 << (2 * c))) | ((code >> 4) & 3) << (2 * c));
+}
+
+// q6_K group block <-> row L's block
+static void q6k_to_r16(const blk_q6_K *b, int L, uint8_t *gb) {
+  memcpy(gb + 2 * L, &b->d, 2);
+  for (int u = 0; u < 4; u++) memcpy(gb + 32 + 64 * u + 4 * L, b->scales + 4 * u, 4);
+  for (int g = 0; g < 16; g++) {
+    const int l = 4 * (g / 8) + g % 4, j = (g / 4) % 2;
+    for (int t = 0; t < 4; t++) {
+      const int e0 = 128 * j + 4 * l + t, c3 = q6k_get(b, e0 + 96);
+      for (int w = 0; w < 3; w++)
+        gb[288 + 192 * g + 64 * w + 4 * L + t] = (uint8_t)(q6k_get(b, e0 + 32 * w) | ((c3 >> (2 * w)) & 3) << 6);
+    }
+  }
+}
+static void q6k_from_r16(const uint8_t *gb, int L, blk_q6_K *b) {
+  memcpy(&b->d, gb + 2 * L, 2);
+  for (int u = 0; u < 4; u++) memcpy(b->scales + 4 * u, gb + 32 + 64 * u + 4 * L, 4);
+  for (int g = 0; g < 16; g++) {
+    const int l = 4 * (g / 8) + g % 4, j = (g / 4) % 2;
+    for (int t = 0; t < 4; t++) {
+      const int e0 = 128 * j + 4 * l + t;
+      int c3 = 0;
+      for (int w = 0; w < 3; w++) {
+        const uint8_t v = gb[288 + 192 * g + 64 * w + 4 * L + t];
+        q6k_set(b, e0 + 32 * w, v & 63);
+        c3 |= (v >> 6) << (2 * w);
+      }
+      q6k_set(b, e0 + 96, c3);
+    }
+  }
+}
+
 void quant_r16_pack(quant_type t, const void *src, void *dst, int64_t k, int64_t n_rows, int64_t g0, int64_t g1) {
   const size_t ts = quant_type_size(t), rb = quant_row_size(t, k);
   const int64_t nb = k / quant_blck_size(t), ng = n_rows / 16;
@@ -60,6 +111,10 @@ void quant_r16_pack(quant_type t, const void *src, void *dst, int64_t k, int64_t
       uint8_t *gb = out + (size_t)b * 16 * ts;
       for (int L = 0; L < 16; L++) {
         const uint8_t *blk = rows + (size_t)L * rb + (size_t)b * ts;
+        if (t == QT_Q6_K) {
+          q6k_to_r16((const blk_q6_K *)blk, L, gb);
+          continue;
+        }
         for (size_t o = 0; o < ts; o++) {
           bool flip;
           const size_t at = r16_pos(t, L, o, &flip);
@@ -87,6 +142,10 @@ void quant_r16_row(quant_type t, const void *W, int64_t k, int64_t n_rows, int64
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *gb = grp + (size_t)b * 16 * ts;
     uint8_t *blk = (uint8_t *)dst + (size_t)b * ts;
+    if (t == QT_Q6_K) {
+      q6k_from_r16(gb, L, (blk_q6_K *)blk);
+      continue;
+    }
     for (size_t o = 0; o < ts; o++) {
       bool flip;
       const size_t at = r16_pos(t, L, o, &flip);
