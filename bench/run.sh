@@ -1,54 +1,109 @@
 #!/usr/bin/env bash
-# `make bench`: mole vs llama.cpp (when LLAMA_CPP_DIR points at a build of it)
-# on a Mixtral-shaped ~0.8B model (n_embd 1024, 8 layers, 8 experts top-2,
-# expert FFN 3584, 32000 vocab) in Q4_0 and Q8_0, 2 threads. Prints tokens/s,
-# the ratio mole/llama.cpp, and the distance to the memory-bandwidth floor.
+# `make bench`, part 1: prompt (pp) and generation (tg) speed of mole against
+# llama.cpp (when LLAMA_CPP_DIR points at a build of it) and against the
+# memory floor (weight bytes read per token / measured read bandwidth).
+#
+# Models: Mixtral-shaped (n_embd 1024, 8 experts top-2, expert FFN 3584,
+# vocab 32000) with enough layers that the smallest (Q4_0) is at least 4x
+# the last-level cache, so decode runs from DRAM: synth's Q4_0 and Q8_0, and
+# (with llama.cpp) Q4_0, Q8_0 and Q4_K_M files made by llama-quantize from
+# synth's F16. The machine's bandwidth drifts (other tenants of the host),
+# so every figure is measured in rounds that interleave membw, mole and
+# llama.cpp; the table gives medians over the rounds and the ratios of
+# those medians, every run is in bench/out/decode-runs.tsv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MOLE=${MOLE:-build/mole}
 THREADS=${THREADS:-2}
-TYPES=${TYPES:-"q4_0 q8_0"}
 PP=${PP:-128}
 TG=${TG:-64}
-# the models depend on synth's revision (r2: larger token embeddings, see synth.c)
-MODELS=models/bench/synth-r2
-mkdir -p "$MODELS" bench/out
-LLAMA_BENCH=""
-if [ -n "${LLAMA_CPP_DIR:-}" ]; then
-  for c in "$LLAMA_CPP_DIR/build/bin/llama-bench" "$LLAMA_CPP_DIR/bin/llama-bench" "$LLAMA_CPP_DIR/llama-bench"; do
-    [ -x "$c" ] && LLAMA_BENCH=$c && break
-  done
-  [ -z "$LLAMA_BENCH" ] && echo "bench: LLAMA_CPP_DIR=$LLAMA_CPP_DIR has no llama-bench; comparing nothing" >&2
-fi
-BW=$(build/bench/membw "$THREADS" 1024)
-echo "memory read bandwidth ($THREADS threads): $BW GB/s"
-printf "%-6s %10s %10s %8s | %10s %10s %8s | %8s %8s\n" type "mole pp" "llama pp" ratio "mole tg" "llama tg" ratio "floor" "%floor"
-for t in $TYPES; do
-  M=$MODELS/mixtral-0.8b-$t.gguf
-  if [ ! -f "$M" ]; then
-    "$MOLE" synth --arch mixtral --embd 1024 --layers 8 --experts 8 --used 2 --ff 3584 --vocab 32000 \
-      --type "$t" --seed 7 -o "$M.tmp" >&2
-    mv "$M.tmp" "$M"
-  fi
-  J=$("$MOLE" bench -m "$M" -p "$PP" -n "$TG" -t "$THREADS" -r 3 --json)
-  echo "$J" > "bench/out/mole-$t.json"
-  LPP=0; LTG=0
-  if [ -n "$LLAMA_BENCH" ]; then
-    "$LLAMA_BENCH" -m "$M" -p "$PP" -n "$TG" -t "$THREADS" -r 3 -o json > "bench/out/llama-$t.json" 2>/dev/null
-    read -r LPP LTG < <(python3 -c '
-import json,sys
-d=json.load(open(sys.argv[1])); pp=tg=0
-for r in d:
-    if r.get("n_prompt",0)>0 and r.get("n_gen",0)==0: pp=r["avg_ts"]
-    if r.get("n_gen",0)>0 and r.get("n_prompt",0)==0: tg=r["avg_ts"]
-print(pp,tg)' "bench/out/llama-$t.json")
-  fi
-  python3 - "$t" "$BW" "$LPP" "$LTG" <<PY
-import json,sys
-t,bw,lpp,ltg=sys.argv[1],float(sys.argv[2]),float(sys.argv[3]),float(sys.argv[4])
-m=json.loads('''$J''')
-floor=bw*1e9/m["active_bytes"]
-r=lambda a,b: "%.2fx"%(a/b) if b>0 else "-"
-print("%-6s %10.1f %10.1f %8s | %10.1f %10.1f %8s | %8.1f %7.0f%%"%(t,m["pp_tps"],lpp,r(m["pp_tps"],lpp),m["tg_tps"],ltg,r(m["tg_tps"],ltg),floor,100*m["tg_tps"]/floor))
-PY
+ROUNDS=${ROUNDS:-3}
+mkdir -p bench/out
+
+cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
+l3_kib=0
+for c in /sys/devices/system/cpu/cpu0/cache/index*; do
+  [ "$(cat "$c/level" 2>/dev/null)" = 3 ] || continue
+  s=$(cat "$c/size")
+  case "$s" in *K) l3_kib=${s%K} ;; *M) l3_kib=$((${s%M} * 1024)) ;; *) l3_kib=$((s / 1024)) ;; esac
 done
+[ "$l3_kib" -gt 0 ] || l3_kib=32768  # unknown: assume 32 MiB
+# Q4_0 bytes of this shape: ~49.5 MiB per layer + 36 MiB of embeddings and output
+layers=$(( (4 * l3_kib / 1024 - 36 + 48) / 49 ))
+[ "$layers" -ge 8 ] || layers=8
+echo "CPU: ${cpu:-unknown}; L3: $((l3_kib / 1024)) MiB; models: $layers layers (Q4_0 >= 4x L3); $THREADS threads"
+
+MODELS=models/bench/synth-r2-l$layers
+mkdir -p "$MODELS"
+synth() {  # type, output
+  [ -f "$2" ] && return 0
+  "$MOLE" synth --arch mixtral --embd 1024 --layers "$layers" --experts 8 --used 2 --ff 3584 --vocab 32000 \
+    --type "$1" --seed 7 -o "$2.tmp" >&2
+  mv "$2.tmp" "$2"
+}
+LLAMA_BIN=""
+if [ -n "${LLAMA_CPP_DIR:-}" ]; then
+  for c in "$LLAMA_CPP_DIR/build/bin" "$LLAMA_CPP_DIR/bin" "$LLAMA_CPP_DIR"; do
+    [ -x "$c/llama-bench" ] && LLAMA_BIN=$c && break
+  done
+  [ -z "$LLAMA_BIN" ] && echo "bench: LLAMA_CPP_DIR=$LLAMA_CPP_DIR has no llama-bench; comparing nothing" >&2
+fi
+names=(synth-q4_0 synth-q8_0)
+synth q4_0 "$MODELS/synth-q4_0.gguf"
+synth q8_0 "$MODELS/synth-q8_0.gguf"
+if [ -n "$LLAMA_BIN" ] && [ -x "$LLAMA_BIN/llama-quantize" ]; then
+  synth f16 "$MODELS/synth-f16.gguf"
+  for q in Q4_0 Q8_0 Q4_K_M; do
+    f="$MODELS/llama-quantize-$q.gguf"
+    if [ ! -f "$f" ]; then
+      "$LLAMA_BIN/llama-quantize" "$MODELS/synth-f16.gguf" "$f.tmp" "$q" "$THREADS" > bench/out/quantize-$q.log 2>&1
+      mv "$f.tmp" "$f"
+    fi
+    names+=("llama-quantize-$q")
+  done
+fi
+
+runs=bench/out/decode-runs.tsv
+printf "round\tmodel\tmembw_gbs\tactive_bytes\tmole_pp\tmole_tg\tllama_pp\tllama_tg\n" > "$runs"
+for r in $(seq 1 "$ROUNDS"); do
+  for n in "${names[@]}"; do
+    M=$MODELS/$n.gguf
+    bw=$(build/bench/membw "$THREADS" 1024 1)
+    J=$("$MOLE" bench -m "$M" -p "$PP" -n "$TG" -t "$THREADS" -r 1 --json)
+    echo "$J" > "bench/out/mole-$n.json"
+    LJ=""
+    if [ -n "$LLAMA_BIN" ]; then
+      "$LLAMA_BIN/llama-bench" -m "$M" -p "$PP" -n "$TG" -t "$THREADS" -r 1 -o json > "bench/out/llama-$n.json" 2>/dev/null
+      LJ=bench/out/llama-$n.json
+    fi
+    python3 - "$r" "$n" "$bw" "$J" "$LJ" >> "$runs" <<'PY'
+import json, sys
+r, n, bw, mj, lj = sys.argv[1:6]
+m = json.loads(mj)
+lpp = ltg = 0.0
+if lj:
+    for row in json.load(open(lj)):
+        if row.get("n_prompt", 0) > 0 and row.get("n_gen", 0) == 0: lpp = row["avg_ts"]
+        if row.get("n_gen", 0) > 0 and row.get("n_prompt", 0) == 0: ltg = row["avg_ts"]
+print(f"{r}\t{n}\t{bw}\t{m['active_bytes']}\t{m['pp_tps']:.2f}\t{m['tg_tps']:.2f}\t{lpp:.2f}\t{ltg:.2f}")
+PY
+  done
+done
+
+python3 - "$runs" "$cpu" "$((l3_kib / 1024))" "$THREADS" <<'PY' | tee bench/out/decode.txt
+import csv, statistics as st, sys
+runs, cpu, l3, th = sys.argv[1:5]
+rows = list(csv.DictReader(open(runs), delimiter="\t"))
+print(f"CPU {cpu}, L3 {l3} MiB, {th} threads; medians of {len(set(r['round'] for r in rows))} rounds")
+print("%-22s %8s %8s %7s | %8s %8s %7s | %7s %8s %6s" % ("model", "mole pp", "llama pp", "ratio", "mole tg", "llama tg", "ratio",
+                                                       "GB/s", "floor tg", "%floor"))
+for n in dict.fromkeys(r["model"] for r in rows):
+    R = [r for r in rows if r["model"] == n]
+    med = lambda k: st.median(float(r[k]) for r in R)
+    bw, ab = med("membw_gbs"), float(R[0]["active_bytes"])
+    floor = bw * 1e9 / ab
+    ratio = lambda a, b: "%.2fx" % (a / b) if b > 0 else "-"
+    print("%-22s %8.1f %8.1f %7s | %8.1f %8.1f %7s | %7.1f %8.1f %5.0f%%" % (
+        n, med("mole_pp"), med("llama_pp"), ratio(med("mole_pp"), med("llama_pp")), med("mole_tg"), med("llama_tg"),
+        ratio(med("mole_tg"), med("llama_tg")), bw, floor, 100 * med("mole_tg") / floor))
+PY

@@ -1,6 +1,7 @@
 #include "model/ops.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 void ops_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
@@ -87,32 +88,53 @@ float ops_hsum16(const float *a) {
   return (r[0] + r[2]) + (r[1] + r[3]);
 }
 
+// Rows are handed out in chunks from one counter shared by all threads, so a
+// thread that the memory system serves faster takes more of them instead of
+// waiting for the other at the join (decode is bandwidth-bound and the
+// share each core gets drifts). A chunk is whole panels of 16 rows (R16
+// groups start there), about 8 per thread per task, at least 32 rows when
+// several tokens make a call's set-up worth amortizing.
+enum { MM_MAX_TASKS = 64 };
 typedef struct {
   const ops_mm *tasks;
   int64_t n;
+  int64_t chunk_rows[MM_MAX_TASKS];
+  int64_t first[MM_MAX_TASKS + 1];  // first chunk of each task; first[n] = all chunks
+  _Atomic int64_t next;
 } mm_job;
 
 static void mm_worker(void *ctx, int ith, int nth) {
-  const mm_job *job = ctx;
-  for (int64_t t = 0; t < job->n; t++) {
+  (void)ith, (void)nth;
+  mm_job *job = ctx;
+  int64_t t = 0;
+  for (;;) {
+    const int64_t c = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
+    if (c >= job->first[job->n]) return;
+    while (c >= job->first[t + 1]) t++;
     const ops_mm *mm = &job->tasks[t];
-    if (mm->n_tok <= 0) continue;
     const model_tensor *w = mm->w;
-    // rows in whole panels of 16 (R16 groups start there)
-    int64_t r0, r1;
-    mole_split((w->ne1 + 15) / 16, ith, nth, &r0, &r1);
-    r0 *= 16;
-    r1 = MOLE_MIN(r1 * 16, w->ne1);
-    if (r0 >= r1) continue;
+    const int64_t r0 = (c - job->first[t]) * job->chunk_rows[t], r1 = MOLE_MIN(r0 + job->chunk_rows[t], w->ne1);
     const char *base = (const char *)w->data + (size_t)mm->mat * w->mat_bytes;
-    quant_gemm_op(w->type, w->layout, base, w->row_bytes, mm->x, mm->xstride, mm->y, mm->ldy, r0, r1, mm->n_tok, w->ne0, w->ne1,
-                  mm->expert);
+    quant_gemm_op(w->type, w->layout, base, w->row_bytes, mm->x, mm->xstride, mm->y, mm->ldy, r0, r1, mm->n_tok, w->ne0,
+                  w->ne1, mm->expert);
   }
 }
 
 void ops_mm_run(mole_pool *pool, const ops_mm *tasks, int64_t n_tasks) {
-  mm_job job = {tasks, n_tasks};
-  mole_pool_run(pool, mm_worker, &job);
+  for (int64_t t0 = 0; t0 < n_tasks; t0 += MM_MAX_TASKS) {
+    mm_job job = {.tasks = tasks + t0, .n = MOLE_MIN(n_tasks - t0, (int64_t)MM_MAX_TASKS)};
+    const int64_t nth = mole_pool_nth(pool);
+    job.first[0] = 0;
+    for (int64_t t = 0; t < job.n; t++) {
+      const ops_mm *mm = &job.tasks[t];
+      const int64_t panels = (mm->w->ne1 + 15) / 16;
+      int64_t per = MOLE_MAX((panels + 8 * nth - 1) / (8 * nth), mm->n_tok > 1 ? 2 : 1);
+      job.chunk_rows[t] = 16 * per;
+      job.first[t + 1] = job.first[t] + (mm->n_tok > 0 ? (panels + per - 1) / per : 0);
+    }
+    atomic_init(&job.next, 0);
+    mole_pool_run(pool, mm_worker, &job);
+  }
 }
 
 typedef struct {

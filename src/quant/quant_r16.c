@@ -73,12 +73,14 @@ static void q6k_set(blk_q6_K *b, int E, int code) {
 static void q6k_to_r16(const blk_q6_K *b, int L, uint8_t *gb) {
   memcpy(gb + 2 * L, &b->d, 2);
   for (int u = 0; u < 4; u++) memcpy(gb + 32 + 64 * u + 4 * L, b->scales + 4 * u, 4);
+  uint8_t code[QK_K];
+  for (int E = 0; E < QK_K; E++) code[E] = (uint8_t)q6k_get(b, E);
   for (int g = 0; g < 16; g++) {
     const int l = 4 * (g / 8) + g % 4, j = (g / 4) % 2;
     for (int t = 0; t < 4; t++) {
-      const int e0 = 128 * j + 4 * l + t, c3 = q6k_get(b, e0 + 96);
+      const int e0 = 128 * j + 4 * l + t, c3 = code[e0 + 96];
       for (int w = 0; w < 3; w++)
-        gb[288 + 192 * g + 64 * w + 4 * L + t] = (uint8_t)(q6k_get(b, e0 + 32 * w) | ((c3 >> (2 * w)) & 3) << 6);
+        gb[288 + 192 * g + 64 * w + 4 * L + t] = (uint8_t)(code[e0 + 32 * w] | ((c3 >> (2 * w)) & 3) << 6);
     }
   }
 }
@@ -100,6 +102,37 @@ static void q6k_from_r16(const uint8_t *gb, int L, blk_q6_K *b) {
   }
 }
 
+// One group block from block b of 16 rows: the same permutation as r16_pos
+// in the 2- and 4-byte pieces it moves (load-time speed), q6_K through its
+// codes.
+static void pack_gb(quant_type t, const uint8_t *const blk[16], uint8_t *gb) {
+  for (int L = 0; L < 16; L++) {
+    const uint8_t *b = blk[L];
+    memcpy(gb + 2 * L, b, 2);
+    switch (t) {
+      case QT_Q4_0:
+        for (int c = 0; c < 4; c++) memcpy(gb + 32 + 64 * c + 4 * L, b + 2 + 4 * c, 4);
+        break;
+      case QT_Q8_0:
+        for (int w = 0; w < 4; w++) {
+          uint64_t v;
+          memcpy(&v, b + 2 + 8 * w, 8);
+          v ^= 0x8080808080808080ull;
+          memcpy(gb + 32 + 32 * L + 8 * w, &v, 8);
+        }
+        break;
+      case QT_Q4_K:
+        memcpy(gb + 32 + 2 * L, b + 2, 2);
+        for (int u = 0; u < 3; u++) memcpy(gb + 64 + 64 * u + 4 * L, b + 4 + 4 * u, 4);
+        for (int q = 0; q < 4; q++)
+          for (int w = 0; w < 8; w++) memcpy(gb + 256 + 512 * q + 64 * w + 4 * L, b + 16 + 32 * q + 4 * w, 4);
+        break;
+      case QT_Q6_K: q6k_to_r16((const blk_q6_K *)b, L, gb); break;
+      default: MOLE_ASSERT(!"pack_gb: type without an R16 layout");
+    }
+  }
+}
+
 void quant_r16_pack(quant_type t, const void *src, void *dst, int64_t k, int64_t n_rows, int64_t g0, int64_t g1) {
   const size_t ts = quant_type_size(t), rb = quant_row_size(t, k);
   const int64_t nb = k / quant_blck_size(t), ng = n_rows / 16;
@@ -108,19 +141,9 @@ void quant_r16_pack(quant_type t, const void *src, void *dst, int64_t k, int64_t
     const uint8_t *rows = (const uint8_t *)src + (size_t)g * 16 * rb;
     uint8_t *out = (uint8_t *)dst + (size_t)g * 16 * rb;
     for (int64_t b = 0; b < nb; b++) {
-      uint8_t *gb = out + (size_t)b * 16 * ts;
-      for (int L = 0; L < 16; L++) {
-        const uint8_t *blk = rows + (size_t)L * rb + (size_t)b * ts;
-        if (t == QT_Q6_K) {
-          q6k_to_r16((const blk_q6_K *)blk, L, gb);
-          continue;
-        }
-        for (size_t o = 0; o < ts; o++) {
-          bool flip;
-          const size_t at = r16_pos(t, L, o, &flip);
-          gb[at] = flip ? (uint8_t)(blk[o] ^ 0x80) : blk[o];
-        }
-      }
+      const uint8_t *blk[16];
+      for (int L = 0; L < 16; L++) blk[L] = rows + (size_t)L * rb + (size_t)b * ts;
+      pack_gb(t, blk, out + (size_t)b * 16 * ts);
     }
   }
   if (g1 == ng) {  // the tail rows, as they are
