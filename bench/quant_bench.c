@@ -37,8 +37,9 @@ static void *run_job(void *p) {
   double c0 = cpu_now();
   for (int r = 0; r < j->reps; r++) {
     if (j->n_tok > 0) {
+      const quant_op op = {j->ldy, false, 0, NULL};
       quant_gemm_op(quant_type_from_name(j->tr->name), j->lay, j->W, j->rs, j->x, j->xs, j->y, j->ldy, j->r0, j->r1,
-                    j->n_tok, j->k, j->ldy, false);
+                    j->n_tok, j->k, &op);
     } else {
       for (int64_t i = j->r0; i < j->r1; i++) j->tr->vec_dot(j->k, &j->y[i], j->W + (size_t)i * j->rs, j->x);
     }

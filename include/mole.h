@@ -108,6 +108,30 @@ int64_t mole_session_n_past(const mole_session *s);
 mole_status mole_session_eval(mole_session *s, const int32_t *tokens, int64_t n, float *logits,
                               bool all_logits);
 
+// ---- several sequences in one forward pass ---------------------------------
+// Each session keeps its own KV cache and position; a batcher runs the new
+// tokens of several sessions together: every matmul reads its weights once
+// for all of them and each routed expert is fetched (from RAM or disk) once
+// per step for every token routed to it. Each session's logits are exactly
+// those it would get evaluated alone with the same token chunks.
+typedef struct mole_batcher mole_batcher;
+
+typedef struct mole_batch_item {
+  mole_session *session;  // a session of the batcher's model, at most once per call
+  const int32_t *tokens;  // n >= 1 tokens appended at the session's position
+  int64_t n;
+  float *logits;          // NULL, or [n][n_vocab] (all_logits) / [n_vocab] (the last token)
+  bool all_logits;
+} mole_batch_item;
+
+// max_tokens: most tokens of one call (all items together); max_ctx: the
+// largest n_ctx of the sessions it will see (0 = min(train ctx, 4096)).
+mole_status mole_batcher_new(mole_model *m, int64_t max_tokens, int64_t max_ctx, mole_batcher **out);
+void mole_batcher_free(mole_batcher *b);
+// All items in one pass; on success every session advances by its n. The
+// sessions must share one KV type and fit their new tokens in their context.
+mole_status mole_batcher_eval(mole_batcher *b, const mole_batch_item *items, int64_t n_items);
+
 #ifdef __cplusplus
 }
 #endif

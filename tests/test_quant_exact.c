@@ -108,7 +108,7 @@ static uint32_t fbits(float f) {
 
 static void test_orders(void **st) {
   (void)st;
-  qx_op dense = {256, false}, expert = {256, true}, odd = {12, false}, none = {0, false};
+  qx_op dense = {.n_rows = 256, .expert = false}, expert = {.n_rows = 256, .expert = true}, odd = {.n_rows = 12, .expert = false}, none = {.n_rows = 0, .expert = false};
   assert_int_equal(quant_exact_order(QT_Q8_0, &dense, 7, 6, 256), QX_Q8_0);
   assert_int_equal(quant_exact_order(QT_Q4_0, &dense, 7, 6, 256), QX_Q4_0_C1);
   assert_int_equal(quant_exact_order(QT_Q4_0, &odd, 7, 6, 256), QX_Q4_0_L8);
@@ -124,7 +124,7 @@ static void test_orders(void **st) {
   assert_int_equal(quant_exact_order(QT_F32, &dense, 1, 0, 256), QX_F32_VEC);
   assert_int_equal(quant_exact_order(QT_F32, &expert, 5, 0, 256), QX_F32_VEC);
   assert_int_equal(quant_exact_order(QT_F32, &dense, 5, 0, 250), QX_F32_VEC);
-  assert_int_equal(quant_exact_order(QT_F32, &(qx_op){10, false}, 5, 0, 256), QX_F32_VEC);
+  assert_int_equal(quant_exact_order(QT_F32, &(qx_op){.n_rows = 10, .expert = false}, 5, 0, 256), QX_F32_VEC);
   assert_int_equal(quant_exact_order(QT_F16, &odd, 5, 0, 256), QX_F16_T16);
   assert_int_equal(quant_exact_order(QT_BF16, &dense, 5, 0, 48), QX_BF16_VEC);
   assert_int_equal(quant_exact_order(QT_BF16, &dense, 5, 0, 64), QX_BF16_T32);
@@ -265,9 +265,9 @@ static void test_gemm_split(void **st) {
     int64_t rows, n, k;
     qx_op op;
   } cases[] = {
-      {QT_Q4_K, 24, 7, 512, {24, false}}, {QT_Q4_K, 24, 6, 256, {24, true}}, {QT_Q4_K, 12, 5, 256, {12, false}},
-      {QT_Q4_0, 20, 5, 64, {20, false}},  {QT_BF16, 8, 5, 96, {8, false}},   {QT_BF16, 8, 1, 96, {8, false}},
-      {QT_F32, 9, 3, 80, {9, false}},     {QT_F16, 8, 4, 48, {8, true}},     {QT_Q6_K, 9, 3, 256, {0, false}},
+      {QT_Q4_K, 24, 7, 512, {.n_rows = 24, .expert = false}}, {QT_Q4_K, 24, 6, 256, {.n_rows = 24, .expert = true}}, {QT_Q4_K, 12, 5, 256, {.n_rows = 12, .expert = false}},
+      {QT_Q4_0, 20, 5, 64, {.n_rows = 20, .expert = false}},  {QT_BF16, 8, 5, 96, {.n_rows = 8, .expert = false}},   {QT_BF16, 8, 1, 96, {.n_rows = 8, .expert = false}},
+      {QT_F32, 9, 3, 80, {.n_rows = 9, .expert = false}},     {QT_F16, 8, 4, 48, {.n_rows = 8, .expert = true}},     {QT_Q6_K, 9, 3, 256, {.n_rows = 0, .expert = false}},
   };
   for (int lvl = 0; lvl <= 2; lvl += 2) {
     quant_force_isa(lvl);
@@ -290,7 +290,7 @@ static void test_gemm_split(void **st) {
                      (long long)i, Y[j * rows + i], r);
         }
       // per-type vec_dot: the one-token order (rows taken as a multiple of 8)
-      const qx_op one = {0, false};
+      const qx_op one = {.n_rows = 0, .expert = false};
       for (int simd = 0; simd <= (have_simd() ? 1 : 0); simd++) {
         float a, r;
         quant_exact_vec_dot(t, simd)(k, &a, W, X);
@@ -431,11 +431,12 @@ static void test_r16_gemm(void **st) {
       gen_r16(&s, t, k, rows, &W, &R);
       gen_xrows(&s, t, k, n, X, xstride);
       float *Y0 = xalloc(sizeof(float) * (size_t)(rows * n)), *Y1 = xalloc(sizeof(float) * (size_t)(rows * n));
-      quant_gemm_op(t, QL_ROWS, W, rb, X, xstride, Y0, rows, 0, rows, n, k, rows, cases[c].expert);
+      const quant_op op = {.n_rows = rows, .expert = cases[c].expert};
+      quant_gemm_op(t, QL_ROWS, W, rb, X, xstride, Y0, rows, 0, rows, n, k, &op);
       // split as two threads would: on a group boundary
       const int64_t mid = rows / 32 * 16;
-      quant_gemm_op(t, QL_R16, R, rb, X, xstride, Y1, rows, 0, mid, n, k, rows, cases[c].expert);
-      quant_gemm_op(t, QL_R16, R, rb, X, xstride, Y1, rows, mid, rows, n, k, rows, cases[c].expert);
+      quant_gemm_op(t, QL_R16, R, rb, X, xstride, Y1, rows, 0, mid, n, k, &op);
+      quant_gemm_op(t, QL_R16, R, rb, X, xstride, Y1, rows, mid, rows, n, k, &op);
       for (int64_t e = 0; e < rows * n; e++)
         if (fbits(Y0[e]) != fbits(Y1[e]))
           fail_msg("case %zu isa %s: Y[%lld] r16 %.9g rows %.9g", c, quant_isa_name(), (long long)e, Y1[e], Y0[e]);
@@ -491,7 +492,7 @@ static void test_golden(void **st) {
         for (int64_t i = 0; i < g->k; i++) f[i] = gen_act(&s);
         quant_traits_of(vec_type(g->t))->from_float(f, X + (size_t)j * xstride, g->k);
       }
-      const qx_op op = {g->rows, g->expert};
+      const qx_op op = {.n_rows = g->rows, .expert = g->expert};
       assert_true(quant_exact_gemm(g->t, &op, QL_ROWS, W, wstride, X, xstride, Y, g->rows, 0, g->rows, g->n, g->k));
       for (int64_t e = 0; e < g->rows * g->n; e++) assert_true(isfinite(Y[e]));
       uint64_t h = fnv(Y, g->rows * g->n);

@@ -170,3 +170,68 @@ mole_status mole_session_eval(mole_session *s, const int32_t *tokens, int64_t n,
   }
   return MOLE_OK;
 }
+
+// ---- batcher -------------------------------------------------------------------
+
+struct mole_batcher {
+  mole_model *m;
+  model_scratch *scratch;
+  int64_t max_tokens, max_ctx;
+  model_seg *segs;  // [max_tokens]: a sequence has at least one token
+};
+
+mole_status mole_batcher_new(mole_model *m, int64_t max_tokens, int64_t max_ctx, mole_batcher **out) {
+  *out = NULL;
+  if (max_tokens < 1 || max_tokens > 65536)
+    return mole_errorf(MOLE_ERR_ARG, "batcher: max_tokens %lld is out of range 1..65536", (long long)max_tokens);
+  if (max_ctx < 0 || max_ctx > ((int64_t)1 << 24))
+    return mole_errorf(MOLE_ERR_ARG, "batcher: max_ctx %lld is out of range", (long long)max_ctx);
+  int64_t n_ctx = max_ctx, n_batch = max_tokens;
+  model_session_shape(m, &n_ctx, &n_batch);
+  n_batch = max_tokens;  // a batch of many sequences may exceed one context
+  mole_batcher *b = mole_calloc(1, sizeof *b);
+  if (!b) return mole_errorf(MOLE_ERR_NOMEM, "batcher: out of memory");
+  b->m = m;
+  b->max_tokens = max_tokens;
+  b->max_ctx = n_ctx;
+  b->segs = mole_calloc((size_t)max_tokens, sizeof *b->segs);
+  mole_status st = b->segs ? model_scratch_new(m, n_batch, n_ctx, &b->scratch)
+                           : mole_errorf(MOLE_ERR_NOMEM, "batcher: out of memory");
+  if (st) {
+    mole_batcher_free(b);
+    return st;
+  }
+  *out = b;
+  return MOLE_OK;
+}
+
+void mole_batcher_free(mole_batcher *b) {
+  if (!b) return;
+  model_scratch_free(b->scratch);
+  mole_free(b->segs);
+  mole_free(b);
+}
+
+mole_status mole_batcher_eval(mole_batcher *b, const mole_batch_item *items, int64_t n_items) {
+  if (n_items < 1 || n_items > b->max_tokens)
+    return mole_errorf(MOLE_ERR_ARG, "batch: %lld items (1..%lld)", (long long)n_items, (long long)b->max_tokens);
+  int64_t total = 0;
+  for (int64_t i = 0; i < n_items; i++) {
+    const mole_batch_item *it = &items[i];
+    if (!it->session || it->session->m != b->m)
+      return mole_errorf(MOLE_ERR_ARG, "batch item %lld: not a session of this model", (long long)i);
+    if (it->n < 1 || !it->tokens) return mole_errorf(MOLE_ERR_ARG, "batch item %lld: no tokens", (long long)i);
+    if (it->session->kv->n_ctx > b->max_ctx)
+      return mole_errorf(MOLE_ERR_ARG, "batch item %lld: its context %lld exceeds the batcher's %lld", (long long)i,
+                         (long long)it->session->kv->n_ctx, (long long)b->max_ctx);
+    total += it->n;
+    b->segs[i] = (model_seg){it->session->kv, it->tokens, it->n, it->session->n_past, it->logits, it->all_logits};
+  }
+  if (total > b->max_tokens)
+    return mole_errorf(MOLE_ERR_ARG, "batch: %lld tokens exceed the batcher's %lld", (long long)total,
+                       (long long)b->max_tokens);
+  mole_status st = model_forward_batch(b->m, b->scratch, b->segs, n_items);
+  if (st) return st;
+  for (int64_t i = 0; i < n_items; i++) items[i].session->n_past += items[i].n;
+  return MOLE_OK;
+}

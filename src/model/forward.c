@@ -41,6 +41,17 @@ struct model_scratch {
   int64_t *grp_list;  // [2*n_expert] groups computed together
   uint8_t *grp_state; // [2*n_expert] moe_ffn's progress on each group (MOE_*)
   ops_mm *tasks;      // [4*n_expert + 4]
+  // the batch's sequences (model_forward_batch)
+  int64_t n_seg;
+  int64_t *seg_ends;  // [n_batch] cumulative token counts per sequence
+  int64_t *tok_pos;   // [n_batch] position of each token
+  model_kv **tok_kv;  // [n_batch] KV cache of each token's sequence
+  int64_t *tok_segn;  // [n_batch] tokens of each token's sequence in this batch
+  int64_t n_blk;
+  int64_t *att_blk;   // [n_batch][2] attention blocks (f16 cache): first, end token, one sequence each
+  int64_t *out_tok;   // [n_batch] tokens whose logits are wanted
+  int64_t n_out_seg;
+  int64_t *out_ends;  // [n_batch] cumulative counts of those per sequence
 };
 
 void model_session_shape(const mole_model *m, int64_t *n_ctx, int64_t *n_batch) {
@@ -114,6 +125,13 @@ static bool scratch_walk(const mole_model *m, int64_t n_batch, int64_t n_ctx, mo
   ALLOC(grp_list, 2 * X);
   ALLOC(grp_state, 2 * X);
   ALLOC(tasks, 4 * X + 4);
+  ALLOC(seg_ends, B);
+  ALLOC(tok_pos, B);
+  ALLOC(tok_kv, B);
+  ALLOC(tok_segn, B);
+  ALLOC(att_blk, 2 * B);
+  ALLOC(out_tok, B);
+  ALLOC(out_ends, B);
 #undef ALLOC
 #undef ALLOC_BYTES
   if (bytes) *bytes = sum;
@@ -142,17 +160,19 @@ void model_scratch_free(model_scratch *s) {
   if (!s) return;
   void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->y, s->sh, s->scores, s->vacc, s->att_s, s->att_q, s->xq, s->hq,
                   s->ff_g, s->ff_u, s->ff_o, s->router, s->sel, s->selw, s->prec, s->grp_cnt, s->grp_off, s->views, s->slot_tok,
-                  s->tok_slot, s->grp_list, s->grp_state, s->tasks};
+                  s->tok_slot, s->grp_list, s->grp_state, s->tasks, s->seg_ends, s->tok_pos, s->tok_kv, s->tok_segn,
+                  s->att_blk, s->out_tok, s->out_ends};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mole_aligned_free(bufs[i]);
   mole_free(s);
 }
 
 // ---- attention ------------------------------------------------------------
+// Every token attends to its own sequence's cache (s->tok_kv), positions
+// 0..its own (s->tok_pos): causal within the batch and across sequences.
 typedef struct {
   const mole_model *m;
-  const model_kv *kv;
   model_scratch *s;
-  int64_t layer, n, n_past;
+  int64_t layer, n;
 } attn_job;
 
 // f32 cache, the reference mode: one (token, head) pair at a time,
@@ -173,13 +193,15 @@ static void attn_worker(void *ctx, int ith, int nth) {
   mole_split(j->n * hp->n_head, ith, nth, &p0, &p1);
   for (int64_t p = p0; p < p1; p++) {
     const int64_t t = p / hp->n_head, h = p % hp->n_head, g = h / group;
-    const int64_t n_kv = j->n_past + t + 1;  // causal: positions 0..n_past+t
+    const model_kv *kv = s->tok_kv[t];
+    const int64_t n_kv = s->tok_pos[t] + 1;  // causal: positions 0..pos
+    const bool batch = s->tok_segn[t] >= 2;  // ggml's order depends on its own batch's size
     const int64_t np = (n_kv + 63) & ~(int64_t)63;
     const float *q = s->q + t * hp->n_head * hd + h * hd;
     float mx = -INFINITY;
     for (int64_t i = 0; i < n_kv; i++) {
       float d;
-      f32t->vec_dot(hd, &d, (const float *)kv_k_row(j->kv, j->layer, i) + g * hd, q);
+      f32t->vec_dot(hd, &d, (const float *)kv_k_row(kv, j->layer, i) + g * hd, q);
       sc[i] = d * hp->attn_scale;
       mx = sc[i] > mx ? sc[i] : mx;
     }
@@ -194,11 +216,11 @@ static void attn_worker(void *ctx, int ith, int nth) {
     for (int64_t c = 0; c < hdv; c++) {
       float acc[4][16] = {{0}};
       for (int64_t i = 0; i < n_kv; i++) {
-        const float v = ((const float *)kv_v_row(j->kv, j->layer, i))[g * hdv + c];
-        float *a = j->n >= 2 ? &acc[0][i % 16] : &acc[(i % 64) / 16][i % 16];
+        const float v = ((const float *)kv_v_row(kv, j->layer, i))[g * hdv + c];
+        float *a = batch ? &acc[0][i % 16] : &acc[(i % 64) / 16][i % 16];
         *a = fmaf(v, sc[i], *a);
       }
-      if (j->n < 2)
+      if (!batch)
         for (int l = 0; l < 16; l++) acc[0][l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
       o[c] = ops_hsum16(acc[0]);
     }
@@ -209,7 +231,8 @@ static void axpy(float *restrict o, const float *restrict v, float w, int64_t n)
   for (int64_t c = 0; c < n; c++) o[c] += w * v[c];
 }
 
-// f16 cache: one work item is (KV head g, block of att_tb tokens). The scores
+// f16 cache: one work item is (KV head g, block of up to att_tb tokens of one
+// sequence: s->att_blk). The scores
 // of all the block's query rows (tokens x heads of the group) against the
 // keys are one f16 matmul (queries rounded to f16, as ggml does); each value
 // row is converted once per block and added into every query's output with
@@ -219,7 +242,7 @@ static void attn_worker_f16(void *ctx, int ith, int nth) {
   const model_hparams *hp = &j->m->hp;
   model_scratch *s = j->s;
   const int64_t hd = hp->head_dim, hdv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv, TB = s->att_tb;
-  const int64_t n_blk = (j->n + TB - 1) / TB, ldq = hp->n_head * hd, ldo = hp->n_head * hdv;
+  const int64_t n_blk = s->n_blk, ldq = hp->n_head * hd, ldo = hp->n_head * hdv;
   const quant_traits *f16t = quant_traits_of(QT_F16);
   float *S = s->att_s + (size_t)ith * (size_t)(TB * group * s->n_ctx);
   uint16_t *Q = s->att_q + (size_t)ith * (size_t)(TB * group * hd);
@@ -227,15 +250,17 @@ static void attn_worker_f16(void *ctx, int ith, int nth) {
   int64_t p0, p1;
   mole_split(hp->n_head_kv * n_blk, ith, nth, &p0, &p1);
   for (int64_t p = p0; p < p1; p++) {
-    const int64_t g = p / n_blk, t0 = (p % n_blk) * TB, t1 = MOLE_MIN(t0 + TB, j->n);
-    const int64_t rows = (t1 - t0) * group, n_kv = j->n_past + t1;  // keys any row of the block sees
+    const int64_t g = p / n_blk, t0 = s->att_blk[2 * (p % n_blk)], t1 = s->att_blk[2 * (p % n_blk) + 1];
+    const model_kv *kv = s->tok_kv[t0];
+    const int64_t rows = (t1 - t0) * group, n_kv = s->tok_pos[t1 - 1] + 1;  // keys any row of the block sees
+    MOLE_ASSERT(t1 - t0 <= TB);
     for (int64_t t = t0; t < t1; t++)
       for (int64_t h = 0; h < group; h++)
         f16t->from_float(s->q + t * ldq + (g * group + h) * hd, Q + ((t - t0) * group + h) * hd, hd);
-    quant_gemm(QT_F16, (const char *)kv_k_row(j->kv, j->layer, 0) + (size_t)g * (size_t)hd * 2, j->kv->k_row, Q,
+    quant_gemm(QT_F16, (const char *)kv_k_row(kv, j->layer, 0) + (size_t)g * (size_t)hd * 2, kv->k_row, Q,
                (size_t)hd * 2, S, s->n_ctx, 0, n_kv, rows, hd);
     for (int64_t r = 0; r < rows; r++) {
-      const int64_t t = t0 + r / group, len = j->n_past + t + 1;
+      const int64_t t = t0 + r / group, len = s->tok_pos[t] + 1;
       float *sc = S + r * s->n_ctx, mx = -INFINITY;
       for (int64_t i = 0; i < len; i++) {
         sc[i] *= hp->attn_scale;
@@ -251,10 +276,10 @@ static void attn_worker_f16(void *ctx, int ith, int nth) {
       memset(s->att + t * ldo + (g * group + r % group) * hdv, 0, (size_t)hdv * sizeof(float));
     }
     for (int64_t i = 0; i < n_kv; i++) {
-      f16t->to_float((const uint16_t *)kv_v_row(j->kv, j->layer, i) + g * hdv, vr, hdv);
+      f16t->to_float((const uint16_t *)kv_v_row(kv, j->layer, i) + g * hdv, vr, hdv);
       for (int64_t r = 0; r < rows; r++) {
         const int64_t t = t0 + r / group;
-        if (i > j->n_past + t) continue;  // causal
+        if (i > s->tok_pos[t]) continue;  // causal
         axpy(s->att + t * ldo + (g * group + r % group) * hdv, vr, S[r * s->n_ctx + i], hdv);
       }
     }
@@ -267,12 +292,18 @@ static void convert_for(const mole_model *m, model_scratch *s, const model_tenso
   ops_convert_rows(m->pool, ops_vec_type(w), x, ldx, n, k, dst, s->q_row);
 }
 
-static ops_mm mm_of(const model_tensor *w, int64_t mat, const void *x, size_t xstride, int64_t n, float *y,
+// A dense matmul over the batch's n tokens (each sequence's tokens in the
+// order they would have alone, s->seg_ends).
+static ops_mm mm_of(const model_scratch *s, const model_tensor *w, const void *x, size_t xstride, int64_t n, float *y,
                     int64_t ldy) {
-  return (ops_mm){w, mat, x, xstride, n, y, ldy, false};
+  return (ops_mm){w, 0, x, xstride, n, y, ldy, false, s->n_seg, s->seg_ends};
+}
+// One expert's share of a routed matmul (per-token orders).
+static ops_mm mm_expert(const model_tensor *w, const void *x, size_t xstride, int64_t n, float *y, int64_t ldy) {
+  return (ops_mm){w, 0, x, xstride, n, y, ldy, true, 0, NULL};
 }
 
-static void attention_block(mole_model *m, model_kv *kv, model_scratch *s, int64_t il, int64_t n, int64_t n_past) {
+static void attention_block(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
   const model_hparams *hp = &m->hp;
   const model_layer *ly = &m->layers[il];
   const int64_t E = hp->n_embd, hd = hp->head_dim, q_dim = hp->n_head * hd, k_dim = hp->n_head_kv * hd,
@@ -287,8 +318,8 @@ static void attention_block(mole_model *m, model_kv *kv, model_scratch *s, int64
   }
   MOLE_ASSERT(ops_vec_type(&ly->wv) == ops_vec_type(&ly->wq) || ops_vec_type(&ly->wv) == ops_vec_type(&ly->wk));
   if (ops_vec_type(&ly->wv) != ops_vec_type(&ly->wq)) xv = xk;
-  ops_mm t3[3] = {mm_of(&ly->wq, 0, s->xq, s->q_row, n, s->q, q_dim), mm_of(&ly->wk, 0, xk, s->q_row, n, s->k, k_dim),
-                  mm_of(&ly->wv, 0, xv, s->q_row, n, s->v, v_dim)};
+  ops_mm t3[3] = {mm_of(s, &ly->wq, s->xq, s->q_row, n, s->q, q_dim), mm_of(s, &ly->wk, xk, s->q_row, n, s->k, k_dim),
+                  mm_of(s, &ly->wv, xv, s->q_row, n, s->v, v_dim)};
   ops_mm_run(m->pool, t3, 3);
   for (int64_t t = 0; t < n; t++) {
     float *q = s->q + t * q_dim, *k = s->k + t * k_dim, *v = s->v + t * v_dim;
@@ -302,14 +333,14 @@ static void attention_block(mole_model *m, model_kv *kv, model_scratch *s, int64
       for (int64_t h = 0; h < hp->n_head; h++) ops_rmsnorm(q + h * hd, q + h * hd, ly->q_norm, hd, hp->rms_eps);
       for (int64_t h = 0; h < hp->n_head_kv; h++) ops_rmsnorm(k + h * hd, k + h * hd, ly->k_norm, hd, hp->rms_eps);
     }
-    ops_rope(q, hp->n_head, hd, n_past + t, hp, m->rope_freqs);
-    ops_rope(k, hp->n_head_kv, hd, n_past + t, hp, m->rope_freqs);
-    kv_store(kv, il, n_past + t, k, v);
+    ops_rope(q, hp->n_head, hd, s->tok_pos[t], hp, m->rope_freqs);
+    ops_rope(k, hp->n_head_kv, hd, s->tok_pos[t], hp, m->rope_freqs);
+    kv_store(s->tok_kv[t], il, s->tok_pos[t], k, v);
   }
-  attn_job aj = {m, kv, s, il, n, n_past};
-  mole_pool_run(m->pool, kv->type == QT_F16 ? attn_worker_f16 : attn_worker, &aj);
+  attn_job aj = {m, s, il, n};
+  mole_pool_run(m->pool, s->tok_kv[0]->type == QT_F16 ? attn_worker_f16 : attn_worker, &aj);
   convert_for(m, s, &ly->wo, s->att, o_dim, n, o_dim, s->xq);
-  ops_mm t1 = mm_of(&ly->wo, 0, s->xq, s->q_row, n, s->y, E);
+  ops_mm t1 = mm_of(s, &ly->wo, s->xq, s->q_row, n, s->y, E);
   ops_mm_run(m->pool, &t1, 1);
   for (int64_t t = 0; t < n; t++) {
     float *x = s->x + t * E, *y = s->y + t * E;
@@ -329,11 +360,11 @@ static void dense_ffn(mole_model *m, model_scratch *s, const model_tensor *wg, c
     convert_for(m, s, wu, s->xn, E, n, E, s->hq);
     xu = s->hq;
   }
-  ops_mm t2[2] = {mm_of(wg, 0, s->xq, s->q_row, n, s->ff_g, F), mm_of(wu, 0, xu, s->q_row, n, s->ff_u, F)};
+  ops_mm t2[2] = {mm_of(s, wg, s->xq, s->q_row, n, s->ff_g, F), mm_of(s, wu, xu, s->q_row, n, s->ff_u, F)};
   ops_mm_run(m->pool, t2, 2);
   for (int64_t t = 0; t < n; t++) ops_swiglu(s->ff_g + t * F, s->ff_g + t * F, s->ff_u + t * F, F);
   convert_for(m, s, wd, s->ff_g, F, n, F, s->hq);
-  ops_mm t1 = mm_of(wd, 0, s->hq, s->q_row, n, y, E);
+  ops_mm t1 = mm_of(s, wd, s->hq, s->q_row, n, y, E);
   ops_mm_run(m->pool, &t1, 1);
 }
 
@@ -395,12 +426,10 @@ static void moe_compute(mole_model *m, model_scratch *s, int64_t n, const int64_
   for (int64_t i = 0; i < ng; i++) {
     const int64_t g = gs[i];
     const size_t o = (size_t)s->grp_off[g];
-    s->tasks[nt] = mm_of(&s->views[g].gate, 0, (char *)s->xq + o * s->q_row, s->q_row, s->grp_cnt[g],
-                         s->ff_g + o * (size_t)F, F);
-    s->tasks[nt++].expert = true;
-    s->tasks[nt] = mm_of(&s->views[g].up, 0, (char *)s->xq + o * s->q_row, s->q_row, s->grp_cnt[g],
-                         s->ff_u + o * (size_t)F, F);
-    s->tasks[nt++].expert = true;
+    s->tasks[nt++] = mm_expert(&s->views[g].gate, (char *)s->xq + o * s->q_row, s->q_row, s->grp_cnt[g],
+                               s->ff_g + o * (size_t)F, F);
+    s->tasks[nt++] = mm_expert(&s->views[g].up, (char *)s->xq + o * s->q_row, s->q_row, s->grp_cnt[g],
+                               s->ff_u + o * (size_t)F, F);
   }
   ops_mm_run(m->pool, s->tasks, nt);
   nt = 0;
@@ -411,9 +440,8 @@ static void moe_compute(mole_model *m, model_scratch *s, int64_t n, const int64_
       ops_swiglu(s->ff_g + a * F, s->ff_g + a * F, s->ff_u + a * F, F);
     convert_for(m, s, &s->views[g].down, s->ff_g + o * (size_t)F, F, s->grp_cnt[g], F,
                 (char *)s->xq + o * s->q_row);
-    s->tasks[nt] = mm_of(&s->views[g].down, 0, (char *)s->xq + o * s->q_row, s->q_row, s->grp_cnt[g],
-                         s->ff_o + o * (size_t)E, E);
-    s->tasks[nt++].expert = true;
+    s->tasks[nt++] = mm_expert(&s->views[g].down, (char *)s->xq + o * s->q_row, s->q_row, s->grp_cnt[g],
+                               s->ff_o + o * (size_t)E, E);
   }
   ops_mm_run(m->pool, s->tasks, nt);
 }
@@ -447,7 +475,7 @@ static mole_status moe_ffn(mole_model *m, model_scratch *s, int64_t il, int64_t 
   experts *xp = m->experts;
   // router logits [n][X]
   convert_for(m, s, &ly->gate_inp, s->xn, E, n, E, s->xq);
-  ops_mm tr = mm_of(&ly->gate_inp, 0, s->xq, s->q_row, n, s->router, X);
+  ops_mm tr = mm_of(s, &ly->gate_inp, s->xq, s->q_row, n, s->router, X);
   ops_mm_run(m->pool, &tr, 1);
   route(hp, s, n);
   if (n == 1) experts_predict(xp, il, s->xn);
@@ -557,41 +585,99 @@ static mole_status ffn_block(mole_model *m, model_scratch *s, int64_t il, int64_
   return MOLE_OK;
 }
 
-mole_status model_forward(mole_model *m, model_kv *kv, model_scratch *s, const int32_t *tokens, int64_t n,
-                          int64_t n_past, float *logits, bool all_logits) {
+// Fills the scratch's per-token tables from the sequences and checks them.
+static mole_status batch_setup(const mole_model *m, model_scratch *s, const model_seg *segs, int64_t n_segs,
+                               int64_t *n_out) {
+  const int64_t V = m->hp.n_vocab, TB = s->att_tb;
+  int64_t n = 0, no = 0;
+  s->n_seg = s->n_out_seg = s->n_blk = 0;
+  for (int64_t i = 0; i < n_segs; i++) {
+    const model_seg *g = &segs[i];
+    if (g->n <= 0 || n + g->n > s->n_batch)
+      return mole_errorf(MOLE_ERR_ARG, "forward: %lld tokens in all but the batch holds 1..%lld", (long long)(n + g->n),
+                         (long long)s->n_batch);
+    if (g->n_past < 0 || g->n_past + g->n > g->kv->n_ctx)
+      return mole_errorf(MOLE_ERR_ARG, "context full: %lld + %lld tokens exceed the context of %lld",
+                         (long long)g->n_past, (long long)g->n, (long long)g->kv->n_ctx);
+    if (g->kv->type != segs[0].kv->type)
+      return mole_errorf(MOLE_ERR_ARG, "forward: the sequences of one batch need one KV cache type");
+    for (int64_t j = 0; j < i; j++)
+      if (segs[j].kv == g->kv) return mole_errorf(MOLE_ERR_ARG, "forward: a sequence appears twice in one batch");
+    for (int64_t t = 0; t < g->n; t++) {
+      if (g->tokens[t] < 0 || g->tokens[t] >= V)
+        return mole_errorf(MOLE_ERR_ARG, "token %d at index %lld is out of the vocabulary (0..%lld)", g->tokens[t],
+                           (long long)t, (long long)V - 1);
+      s->tok_pos[n + t] = g->n_past + t;
+      s->tok_kv[n + t] = g->kv;
+      s->tok_segn[n + t] = g->n;
+    }
+    for (int64_t t0 = 0; t0 < g->n; t0 += TB) {
+      s->att_blk[2 * s->n_blk] = n + t0;
+      s->att_blk[2 * s->n_blk++ + 1] = n + MOLE_MIN(t0 + TB, g->n);
+    }
+    if (g->logits) {
+      for (int64_t t = g->all_logits ? 0 : g->n - 1; t < g->n; t++) s->out_tok[no++] = n + t;
+      s->out_ends[s->n_out_seg++] = no;
+    }
+    n += g->n;
+    s->seg_ends[s->n_seg++] = n;
+  }
+  if (n == 0) return mole_errorf(MOLE_ERR_ARG, "forward: no tokens");
+  *n_out = no;
+  return MOLE_OK;
+}
+
+mole_status model_forward_batch(mole_model *m, model_scratch *s, const model_seg *segs, int64_t n_segs) {
   const model_hparams *hp = &m->hp;
   const int64_t E = hp->n_embd, V = hp->n_vocab;
-  if (n <= 0 || n > s->n_batch)
-    return mole_errorf(MOLE_ERR_ARG, "forward: %lld tokens but the batch holds 1..%lld", (long long)n,
-                       (long long)s->n_batch);
-  if (n_past + n > kv->n_ctx)
-    return mole_errorf(MOLE_ERR_ARG, "context full: %lld + %lld tokens exceed the context of %lld", (long long)n_past,
-                       (long long)n, (long long)kv->n_ctx);
-  for (int64_t t = 0; t < n; t++)
-    if (tokens[t] < 0 || tokens[t] >= V)
-      return mole_errorf(MOLE_ERR_ARG, "token %d at index %lld is out of the vocabulary (0..%lld)", tokens[t],
-                         (long long)t, (long long)V - 1);
+  int64_t no = 0;
+  mole_status st = batch_setup(m, s, segs, n_segs, &no);
+  if (st) return st;
+  const int64_t n = s->seg_ends[s->n_seg - 1];
   const quant_traits *et = quant_traits_of(m->tok_embd.type);
-  for (int64_t t = 0; t < n; t++) {
-    const char *row = (const char *)m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes;
-    if (m->tok_embd.layout == QL_R16) {  // shared with the output projection, repacked
-      quant_r16_row(m->tok_embd.type, m->tok_embd.data, E, V, tokens[t], s->xq);
-      row = s->xq;
+  for (int64_t i = 0, t = 0; i < n_segs; i++)
+    for (int64_t j = 0; j < segs[i].n; j++, t++) {
+      const int32_t tok = segs[i].tokens[j];
+      const char *row = (const char *)m->tok_embd.data + (size_t)tok * m->tok_embd.row_bytes;
+      if (m->tok_embd.layout == QL_R16) {  // shared with the output projection, repacked
+        quant_r16_row(m->tok_embd.type, m->tok_embd.data, E, V, tok, s->xq);
+        row = s->xq;
+      }
+      et->to_float(row, s->x + t * E, E);
     }
-    et->to_float(row, s->x + t * E, E);
-  }
   for (int64_t il = 0; il < hp->n_layer; il++) {
-    attention_block(m, kv, s, il, n, n_past);
-    mole_status st = ffn_block(m, s, il, n);
-    if (st) return st;
+    attention_block(m, s, il, n);
+    if ((st = ffn_block(m, s, il, n))) return st;
   }
   if (m->experts) experts_step_done(m->experts, n);
-  if (!logits) return MOLE_OK;
-  const int64_t t0 = all_logits ? 0 : n - 1, nl = n - t0;
-  for (int64_t t = t0; t < n; t++) ops_rmsnorm(s->xn + (t - t0) * E, s->x + t * E, m->output_norm, E, hp->rms_eps);
-  // the vocabulary projection in chunks of the batch buffer
-  convert_for(m, s, &m->output, s->xn, E, nl, E, s->xq);
-  ops_mm to = mm_of(&m->output, 0, s->xq, s->q_row, nl, logits, V);
-  ops_mm_run(m->pool, &to, 1);
+  if (no == 0) return MOLE_OK;
+  // the vocabulary projection of the tokens that want logits, each
+  // sequence's as a mul_mat of its own
+  for (int64_t r = 0; r < no; r++) ops_rmsnorm(s->xn + r * E, s->x + s->out_tok[r] * E, m->output_norm, E, hp->rms_eps);
+  convert_for(m, s, &m->output, s->xn, E, no, E, s->xq);
+  float *lg = s->ff_g;  // [no][V] when it fits the scratch, else per sequence straight into its buffer
+  const bool staged = (size_t)no * (size_t)V <= (size_t)s->n_assign_max * (size_t)s->ff_max;
+  if (staged) {
+    ops_mm to = {&m->output, 0, s->xq, s->q_row, no, lg, V, false, s->n_out_seg, s->out_ends};
+    ops_mm_run(m->pool, &to, 1);
+  }
+  for (int64_t i = 0, o = 0, r0 = 0; i < n_segs; i++) {
+    if (!segs[i].logits) continue;
+    const int64_t r1 = s->out_ends[o++], nr = r1 - r0;
+    if (staged) {
+      memcpy(segs[i].logits, lg + r0 * V, (size_t)(nr * V) * sizeof(float));
+    } else {
+      ops_mm to = {&m->output, 0, (char *)s->xq + (size_t)r0 * s->q_row, s->q_row, nr, segs[i].logits, V, false, 0, NULL};
+      ops_mm_run(m->pool, &to, 1);
+    }
+    r0 = r1;
+  }
   return MOLE_OK;
+}
+
+mole_status model_forward(mole_model *m, model_kv *kv, model_scratch *s, const int32_t *tokens, int64_t n,
+                          int64_t n_past, float *logits, bool all_logits) {
+  if (n <= 0) return mole_errorf(MOLE_ERR_ARG, "forward: %lld tokens", (long long)n);
+  const model_seg seg = {kv, tokens, n, n_past, logits, all_logits};
+  return model_forward_batch(m, s, &seg, 1);
 }

@@ -116,6 +116,23 @@ int64_t model_scratch_bytes(const mole_model *m, int64_t n_batch, int64_t n_ctx)
 // min(train ctx, 4096) and 512; the chunk never exceeds the context).
 void model_session_shape(const mole_model *m, int64_t *n_ctx, int64_t *n_batch);
 
+// One sequence's share of a forward batch: n tokens at positions n_past..
+// appended to its own KV cache. logits: NULL, or [n][n_vocab] when
+// all_logits, else [n_vocab] for the last token.
+typedef struct model_seg {
+  model_kv *kv;
+  const int32_t *tokens;
+  int64_t n, n_past;
+  float *logits;
+  bool all_logits;
+} model_seg;
+// Several sequences in one pass (their tokens together at most n_batch):
+// the matmuls run once over all of them, routed experts are grouped across
+// them (each fetched once), each token attends to its own sequence. Every
+// sequence's logits are those it gets alone (each matmul follows the order
+// of a mul_mat of that sequence's tokens).
+mole_status model_forward_batch(mole_model *m, model_scratch *s, const model_seg *segs, int64_t n_segs);
+
 // Runs n tokens at positions n_past.. (n <= n_batch), appending to kv.
 // logits: [n][n_vocab] when all_logits, else [n_vocab] for the last token; may be NULL.
 mole_status model_forward(mole_model *m, model_kv *kv, model_scratch *s, const int32_t *tokens, int64_t n,

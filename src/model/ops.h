@@ -32,6 +32,8 @@ typedef struct ops_mm {
   int64_t ldy;
   bool expert;       // one expert's share of a routed (mul_mat_id) product: the
                      // kernels follow llama.cpp's summation order for that op
+  int64_t n_seg;     // > 0: the tokens are several sequences' (quant_op):
+  const int64_t *seg_ends;  // [n_seg] cumulative token counts
 } ops_mm;
 
 // Runs all matmuls in one fork/join: every thread takes its slice of the

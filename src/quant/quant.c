@@ -209,42 +209,40 @@ bool quant_type_supported(uint32_t t) {
 
 void quant_gemm(quant_type wt, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
                 int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k) {
-  quant_gemm_op(wt, QL_ROWS, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k, 0, false);
+  const quant_op op = {0};
+  quant_gemm_op(wt, QL_ROWS, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k, &op);
 }
 
 // QL_R16 without an exact kernel at this ISA level: each group back in row
 // layout (scratch slot 1), then the row-layout path.
 static void gemm_r16_rows(quant_type wt, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
-                          int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k, int64_t n_rows,
-                          bool expert) {
-  const int64_t tail = n_rows / 16 * 16;
+                          int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k, const quant_op *op) {
+  const int64_t n_rows = op->n_rows, tail = n_rows / 16 * 16;
   for (int64_t g0 = i0; g0 < MOLE_MIN(i1, tail); g0 += 16) {
     const int64_t g1 = MOLE_MIN(g0 + 16, i1);
     char *rows = quant_scratch_slot(1, 16 * wstride);
     quant_r16_rows(wt, W, k, n_rows, g0, g1, rows);
-    quant_gemm_op(wt, QL_ROWS, rows - (size_t)g0 * wstride, wstride, X, xstride, Y, ldy, g0, g1, n_tok, k, n_rows,
-                  expert);
+    quant_gemm_op(wt, QL_ROWS, rows - (size_t)g0 * wstride, wstride, X, xstride, Y, ldy, g0, g1, n_tok, k, op);
   }
-  if (i1 > tail)
-    quant_gemm_op(wt, QL_ROWS, W, wstride, X, xstride, Y, ldy, MOLE_MAX(i0, tail), i1, n_tok, k, n_rows, expert);
+  if (i1 > tail) quant_gemm_op(wt, QL_ROWS, W, wstride, X, xstride, Y, ldy, MOLE_MAX(i0, tail), i1, n_tok, k, op);
 }
 
 void quant_gemm_op(quant_type wt, quant_layout lay, const void *W, size_t wstride, const void *X, size_t xstride,
-                   float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k, int64_t n_rows,
-                   bool expert) {
+                   float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k, const quant_op *op) {
   const quant_traits *tr = quant_traits_of(wt);
   MOLE_ASSERT(tr && tr->vec_dot);
   MOLE_ASSERT(k % tr->blck_size == 0 && i0 >= 0 && i0 <= i1 && n_tok >= 0);
+  MOLE_ASSERT(op->n_seg == 0 || op->seg_ends[op->n_seg - 1] == n_tok);
   if (i0 == i1 || n_tok == 0) return;
-  const qx_op op = {n_rows, expert};
   if (lay == QL_R16) {
+    const int64_t n_rows = op->n_rows;
     MOLE_ASSERT(quant_r16_supported(wt, n_rows) && wstride == quant_row_size(wt, k) && i1 <= n_rows);
     MOLE_ASSERT(i0 % 16 == 0 || i0 >= n_rows / 16 * 16);
-    if (g_level >= 2 && quant_exact_gemm(wt, &op, lay, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k)) return;
-    gemm_r16_rows(wt, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k, n_rows, expert);
+    if (g_level >= 2 && quant_exact_gemm(wt, op, lay, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k)) return;
+    gemm_r16_rows(wt, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k, op);
     return;
   }
-  if (g_level >= 2 && quant_exact_gemm(wt, &op, lay, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k)) return;
+  if (g_level >= 2 && quant_exact_gemm(wt, op, lay, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k)) return;
   if (g_gemm && g_gemm(wt, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k)) return;
   // vec_dot loops over 16-row panels: the panel stays in cache across tokens
   const char *w = W, *x = X;

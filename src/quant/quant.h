@@ -85,6 +85,18 @@ void quant_r16_pack(quant_type t, const void *src, void *dst, int64_t k, int64_t
 void quant_r16_row(quant_type t, const void *W, int64_t k, int64_t n_rows, int64_t row, void *dst);
 void quant_r16_rows(quant_type t, const void *W, int64_t k, int64_t n_rows, int64_t r0, int64_t r1, void *dst);
 
+// What llama.cpp op a matmul stands for: its CPU kernels' summation order
+// depends on it (quant_exact.h).
+typedef struct quant_op {
+  int64_t n_rows;           // rows of the whole weight matrix (ne1); 0: a multiple of 8
+  bool expert;              // one expert's share of a mul_mat_id (per-token orders)
+  // Several sequences' tokens in one matmul: token j belongs to segment i when
+  // seg_ends[i-1] <= j < seg_ends[i] and gets the order it would have in a
+  // mul_mat of that segment's tokens alone (n_seg 0: one segment of n_tok).
+  int64_t n_seg;
+  const int64_t *seg_ends;  // [n_seg] cumulative token counts
+} quant_op;
+
 // Y[j][i] = dot(W row i, X row j) for i in [i0, i1), j in [0, n_tok).
 // W: rows of `wt` with row stride wstride bytes; X: rows already converted to
 // vec_dot_type of wt, stride xstride bytes; Y: float rows of stride ldy floats.
@@ -94,11 +106,11 @@ void quant_gemm(quant_type wt, const void *W, size_t wstride, const void *X, siz
 // has AVX-512 and the type an exact kernel (quant_exact.h): n_tok is all the
 // tokens of a dense mul_mat (expert false) or the tokens routed to one expert
 // of a mul_mat_id (expert true); n_rows is the weight's full row count (ne1).
-// quant_gemm(...) is quant_gemm_op(..., 0, false) on QL_ROWS: dense, rows % 8 == 0.
-// With QL_R16, n_rows is the matrix's row count and i0 starts a group unless
-// it lies in the tail (threads split such matrices on multiples of 16).
-void quant_gemm_op(quant_type wt, quant_layout lay, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
-                   int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k, int64_t n_rows, bool expert);
+// quant_gemm(...) is quant_gemm_op on QL_ROWS with op {0}: dense, rows % 8 == 0.
+// With QL_R16, op->n_rows is the matrix's row count and i0 starts a group
+// unless it lies in the tail (threads split such matrices on multiples of 16).
+void quant_gemm_op(quant_type wt, quant_layout lay, const void *W, size_t wstride, const void *X, size_t xstride,
+                   float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k, const quant_op *op);
 
 // scalar conversions
 float quant_f16_to_f32(uint16_t h);

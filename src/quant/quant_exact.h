@@ -45,11 +45,7 @@ typedef enum {
   QX_ORDER_COUNT
 } qx_order;
 
-// What llama.cpp op a matmul stands for.
-typedef struct {
-  int64_t n_rows;  // rows of the whole weight matrix (ne1); 0: a multiple of 8
-  bool expert;     // one expert of a mul_mat_id (per-token vec_dot / gemv)
-} qx_op;
+typedef quant_op qx_op;  // quant.h
 
 // The order of output (row, token j) of a matmul over n_tok tokens (the whole
 // batch of a dense mul_mat, or the tokens routed to one expert); QX_NONE when

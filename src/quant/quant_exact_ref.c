@@ -346,6 +346,20 @@ void quant_exact_tile_ref(qx_order o, const void *W, size_t wstride, const void 
 
 bool quant_exact_have_avx512(void) { return strcmp(quant_isa_name(), "avx512vnni") == 0; }
 
+// The order of token j of a matmul over n_tok tokens: as in a mul_mat of its
+// own segment's tokens (op->seg_ends) when the tokens are several sequences'.
+static qx_order token_order(quant_type wt, const qx_op *op, int64_t n_tok, int64_t j, int64_t k) {
+  if (op->n_seg == 0) return quant_exact_order(wt, op, n_tok, j, k);
+  int64_t lo = 0, hi = op->n_seg - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (j < op->seg_ends[mid]) hi = mid;
+    else lo = mid + 1;
+  }
+  const int64_t start = lo ? op->seg_ends[lo - 1] : 0;
+  return quant_exact_order(wt, op, op->seg_ends[lo] - start, j - start, k);
+}
+
 bool quant_exact_gemm(quant_type wt, const qx_op *op, quant_layout lay, const void *W, size_t wstride, const void *X,
                       size_t xstride, float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k) {
   if (quant_exact_order(wt, op, n_tok, 0, k) == QX_NONE) return false;
@@ -354,9 +368,9 @@ bool quant_exact_gemm(quant_type wt, const qx_op *op, quant_layout lay, const vo
   const int64_t g_end = lay == QL_R16 ? MOLE_MIN(i1, op->n_rows / 16 * 16) : i0;
   // tokens in runs of one order (q4_K: the gemm tokens, then the gemv ones)
   for (int64_t j0 = 0; j0 < n_tok;) {
-    qx_order o = quant_exact_order(wt, op, n_tok, j0, k);
+    qx_order o = token_order(wt, op, n_tok, j0, k);
     int64_t j1 = j0 + 1;
-    while (j1 < n_tok && quant_exact_order(wt, op, n_tok, j1, k) == o) j1++;
+    while (j1 < n_tok && token_order(wt, op, n_tok, j1, k) == o) j1++;
     if (g_end > i0) {
       if (simd)
         quant_exact_tile_r16_avx512(o, wt, W, op->n_rows, X, xstride, Y, ldy, i0, g_end, j0, j1, k);
