@@ -132,6 +132,39 @@ void mole_batcher_free(mole_batcher *b);
 // sessions must share one KV type and fit their new tokens in their context.
 mole_status mole_batcher_eval(mole_batcher *b, const mole_batch_item *items, int64_t n_items);
 
+// ---- OpenAI-compatible HTTP server --------------------------------------------
+// /v1/chat/completions (the model's chat template; streaming with server-sent
+// events or not), /v1/completions, /v1/models, /health, /metrics (Prometheus
+// text). --parallel sequences decode together (continuous batching over a
+// mole_batcher), more requests wait in a queue.
+typedef struct mole_server mole_server;
+
+typedef struct mole_server_params {
+  const char *host;        // default "127.0.0.1" (loopback only)
+  int port;                // default 8080; 0 = any free port (mole_server_port)
+  int parallel;            // sequences decoding at once (slots), default 4
+  const char *api_key;     // NULL/"" = none; else "Authorization: Bearer KEY" on every route but /health
+  int64_t ctx_per_seq;     // KV capacity of each slot (0 = min(train ctx, 4096))
+  int64_t batch;           // prompt tokens prefilled per step beside the decoding ones (default 256)
+  mole_kv_type kv_type;    // default f16
+  const char *chat_template;  // NULL = the model's (chatml when it has none mole knows)
+  const char *model_name;  // the id in responses; NULL = general.name or the file name
+  int64_t max_body_bytes;  // larger request bodies get 413 (default 4 MiB)
+  int64_t max_queue;       // requests waiting beyond the slots; more get 503 (default 64)
+  int64_t max_tokens;      // cap and default of max_tokens (0 = ctx_per_seq)
+  int timeout_s;           // a connection idle this long (slow client) is closed (default 60)
+} mole_server_params;
+
+mole_server_params mole_server_default_params(void);
+// Listening when it returns (threads: one per connection, one engine).
+mole_status mole_server_start(mole_model *m, const mole_server_params *p, mole_server **out);
+int mole_server_port(const mole_server *s);
+const char *mole_server_model_id(const mole_server *s);
+// Stops accepting, ends running and queued requests (503), closes every
+// connection, frees. Block SIGINT/SIGTERM in the calling thread before
+// mole_server_start and wait for them with sigwait to shut down cleanly.
+void mole_server_free(mole_server *s);
+
 #ifdef __cplusplus
 }
 #endif

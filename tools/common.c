@@ -195,9 +195,8 @@ int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o) {
   return 1;
 }
 
-int cli_open(const cli_model_opts *o, mole_model **m, mole_session **s) {
+int cli_load_model(const cli_model_opts *o, mole_model **m) {
   *m = NULL;
-  *s = NULL;
   if (!o->model) return cli_usage_error("", "no model given (-m FILE)");
   mole_model_params mp = mole_model_default_params();
   mp.n_threads = o->threads;
@@ -222,6 +221,14 @@ int cli_open(const cli_model_opts *o, mole_model **m, mole_session **s) {
   off->session_kv_type = o->kv_type;
   mole_status st = mole_model_load(o->model, &mp, m);
   if (st) return cli_error("load", st);
+  return 0;
+}
+
+int cli_open(const cli_model_opts *o, mole_model **m, mole_session **s) {
+  *s = NULL;
+  int rc = cli_load_model(o, m);
+  if (rc) return rc;
+  mole_status st;
   mole_session_params sp = mole_session_default_params();
   sp.n_ctx = o->ctx;
   sp.n_batch = o->batch;

@@ -58,6 +58,7 @@ int cli_parse_f64(const char *flag, const char *s, double lo, double hi, double 
 int cli_parse_tokens(const char *flag, const char *s, int32_t **out, int64_t *n);
 // Loads the model and a session from opts; prints errors.
 int cli_open(const cli_model_opts *o, mole_model **m, mole_session **s);
+int cli_load_model(const cli_model_opts *o, mole_model **m);  // the model only
 int cli_error(const char *cmd, mole_status st);  // prints mole_last_error, returns 1
 int cli_usage_error(const char *cmd, const char *fmt, ...);  // prints, returns 2
 

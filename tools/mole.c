@@ -15,6 +15,7 @@ typedef struct {
 static const command k_cmds[] = {
     {"run", cmd_run, "generate text from a prompt"},
     {"chat", cmd_chat, "interactive chat with the model's chat template"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server with continuous batching"},
     {"logits", cmd_logits, "write the logits of a token sequence (float32)"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"kld", cmd_kld, "KL divergence / top-1 agreement of a configuration against a reference"},
