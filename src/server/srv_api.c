@@ -380,7 +380,7 @@ char *srv_api_chunk(const srv_api_ctx *c, const srv_req *r, size_t from, size_t 
     cJSON_Delete(ch);
     return NULL;
   }
-  memcpy(piece, r->text + from, to - from);
+  if (to > from) memcpy(piece, r->text + from, to - from);
   piece[to - from] = 0;
   if (r->chat) {
     cJSON *d = cJSON_AddObjectToObject(ch, "delta");
