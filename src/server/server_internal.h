@@ -105,6 +105,15 @@ void srv_engine_metrics(srv_engine *e, srv_metrics *out);
 // next step, or now when it is idle).
 void srv_engine_poke(srv_engine *e);
 
+// Output text is valid UTF-8 whatever bytes the tokens carry: the held
+// bytes (*n_hold of hold, a character not complete yet) plus piece [n <=
+// SRV_UTF8_MAX_PIECE] become out (room for 3 * (4 + n) bytes): complete
+// characters as they are, any byte that cannot start or continue a valid
+// character as U+FFFD; a character still incomplete at the end is held.
+// Returns the bytes written.
+enum { SRV_UTF8_MAX_PIECE = 508 };
+size_t srv_utf8_take(char hold[4], int *n_hold, const char *piece, size_t n, char *out);
+
 // ---- API JSON -----------------------------------------------------------------
 
 typedef struct srv_api_ctx {

@@ -29,7 +29,7 @@ typedef struct {
   int64_t n_prefilled;   // prompt tokens in the cache
   int32_t next_tok;      // SLOT_GEN: fed at the next step
   float *logits;         // [n_vocab]
-  char utf8[8];          // bytes of a character not complete yet
+  char utf8[4];          // bytes of a character not complete yet
   int n_utf8;
   int64_t last_used;     // step of its last request's end, for the LRU choice
 } slot;
@@ -215,29 +215,50 @@ static void add_logprob(slot *sl, const float *lg, int64_t V, int32_t tok) {
   pthread_mutex_unlock(&r->mu);
 }
 
-// Complete UTF-8 characters of the pending bytes plus piece go to the stop
-// matcher; an incomplete trailing character waits for the next piece.
-static bool emit_text(slot *sl, const char *piece, size_t n) {
-  char buf[512];
-  size_t m = 0;
-  memcpy(buf, sl->utf8, (size_t)sl->n_utf8);
-  m = (size_t)sl->n_utf8;
-  n = MOLE_MIN(n, sizeof buf - m);
-  memcpy(buf + m, piece, n);
+size_t srv_utf8_take(char hold[4], int *n_hold, const char *piece, size_t n, char *out) {
+  unsigned char in[4 + SRV_UTF8_MAX_PIECE];
+  size_t m = (size_t)*n_hold, o = 0, i = 0;
+  memcpy(in, hold, m);
+  n = MOLE_MIN(n, (size_t)SRV_UTF8_MAX_PIECE);
+  memcpy(in + m, piece, n);
   m += n;
-  // the last character's start, and whether it is complete
-  size_t cut = m;
-  for (size_t back = 1; back <= 4 && back <= m; back++) {
-    const unsigned char c = (unsigned char)buf[m - back];
-    if ((c & 0xC0) == 0x80) continue;  // continuation byte
-    const size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-    if (need > back) cut = m - back;
-    break;
+  *n_hold = 0;
+  while (i < m) {
+    const unsigned char c = in[i];
+    const size_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    size_t k = 1;
+    while (len > 1 && k < len && i + k < m && (in[i + k] & 0xC0) == 0x80) k++;
+    // the second byte's range for E0/ED/F0/F4 (no overlongs, surrogates, > U+10FFFF)
+    bool ok = len > 0;
+    if (ok && len >= 3 && k >= 2) {
+      const unsigned char d = in[i + 1];
+      ok = !((c == 0xE0 && d < 0xA0) || (c == 0xED && d > 0x9F) || (c == 0xF0 && d < 0x90) || (c == 0xF4 && d > 0x8F));
+    }
+    if (ok && k < len && i + k == m) {  // cut short by the end: wait for more
+      *n_hold = (int)(m - i);
+      memcpy(hold, in + i, m - i);
+      break;
+    }
+    if (ok && k == len) {
+      memcpy(out + o, in + i, len);
+      o += len;
+      i += len;
+    } else {
+      memcpy(out + o, "\xEF\xBF\xBD", 3);
+      o += 3;
+      i++;
+    }
   }
-  sl->n_utf8 = (int)(m - cut);
-  memcpy(sl->utf8, buf + cut, (size_t)sl->n_utf8);
+  return o;
+}
+
+// The piece's valid UTF-8 (srv_utf8_take) goes to the stop matcher, what
+// it lets through to the request.
+static bool emit_text(slot *sl, const char *piece, size_t n) {
+  char out[3 * (4 + SRV_UTF8_MAX_PIECE)];
+  const size_t o = srv_utf8_take(sl->utf8, &sl->n_utf8, piece, n, out);
   stop_match sm;
-  if (stop_matcher_feed(sl->stop, buf, cut, &sm) != MOLE_OK) return false;
+  if (stop_matcher_feed(sl->stop, out, o, &sm) != MOLE_OK) return false;
   req_append(sl->req, sm.emit, sm.n_emit);
   return sm.matched;
 }
