@@ -207,6 +207,7 @@ void experts_close(experts *x) {
   experts_store_free(&x->store);
   mole_free(x->done);
   mole_free(x->image_r16);
+  mole_free(x->image_off);
   mole_free(x->pins);
   mole_free(x->gstate);
   mole_free(x->tok_cnt);
@@ -435,30 +436,31 @@ experts_avail experts_ready(experts *x, int64_t layer, int32_t e, expert_prec p)
   return sl->state == EXPERTS_SLOT_LOADING ? EXPERTS_LOADING : EXPERTS_READY;
 }
 
-bool experts_resident_matrices(const experts *x, void (*fn)(void *ctx, uint64_t off, quant_type t, int64_t ne0,
-                                                           int64_t ne1),
-                               void *ctx) {
-  if (x->tiered) return false;
+mole_status experts_resident_matrices(experts *x, experts_image_fn fn, void *ctx) {
+  if (x->tiered) return MOLE_OK;
   const experts_store *st = &x->store;
+  const int64_t L = st->n_layer, X = st->n_expert;
+  x->image_off = mole_calloc((size_t)(2 * L * X * 3), sizeof *x->image_off);
+  x->image_r16 = mole_calloc((size_t)(2 * L * 3), 1);
+  if (!x->image_off || !x->image_r16) return mole_errorf(MOLE_ERR_NOMEM, "experts: out of memory");
+  const uint8_t *base = gguf_base(x->m->gguf);
   for (int p = 0; p < (x->low_in_use ? 2 : 1); p++)
-    for (int64_t l = 0; l < st->n_layer; l++)
-      for (int64_t e = 0; e < st->n_expert; e++)
-        for (int j = 0; j < 3; j++)
-          fn(ctx, st->mat_off[p][(l * st->n_expert + e) * 3 + j], st->layout[p][l].type[j], st->ne0[j], st->ne1[j]);
-  return true;
+    for (int64_t l = 0; l < L; l++) {
+      for (int j = 0; j < 3; j++)  // as the image decides when it packs them
+        x->image_r16[(p * L + l) * 3 + j] = quant_r16_preferred(st->layout[p][l].type[j], st->ne1[j]);
+      for (int64_t e = 0; e < X; e++)
+        for (int j = 0; j < 3; j++) {
+          const size_t k = (size_t)((l * X + e) * 3 + j);
+          const quant_type t = st->layout[p][l].type[j];
+          x->image_off[(size_t)p * (size_t)(L * X * 3) + k] =
+              fn(ctx, base + st->mat_off[p][k], quant_row_size(t, st->ne0[j]), t, st->ne0[j], st->ne1[j]);
+        }
+    }
+  return MOLE_OK;
 }
 
 mole_status experts_use_image(experts *x, const uint8_t *image) {
-  if (x->tiered) return MOLE_OK;
-  const experts_store *st = &x->store;
-  x->image_r16 = mole_calloc((size_t)(2 * st->n_layer * 3), 1);
-  if (!x->image_r16) return mole_errorf(MOLE_ERR_NOMEM, "experts: out of memory");
-  // as the image decided when it packed them (quant_r16_preferred)
-  for (int p = 0; p < (x->low_in_use ? 2 : 1); p++)
-    for (int64_t l = 0; l < st->n_layer; l++)
-      for (int j = 0; j < 3; j++)
-        x->image_r16[(p * st->n_layer + l) * 3 + j] = quant_r16_preferred(st->layout[p][l].type[j], st->ne1[j]);
-  x->image = image;
+  if (!x->tiered) x->image = image;
   return MOLE_OK;
 }
 
@@ -469,9 +471,13 @@ mole_status experts_get(experts *x, int64_t layer, int32_t e, expert_prec p, exp
   const experts_store *st = &x->store;
   model_tensor v[3];
   if (!x->tiered) {
-    experts_store_views(st, p, layer, x->image ? x->image : gguf_base(x->m->gguf),
-                        st->mat_off[p] + (layer * st->n_expert + e) * 3,
-                        x->image ? x->image_r16 + (p * st->n_layer + layer) * 3 : NULL, v);
+    const int64_t k = (layer * st->n_expert + e) * 3;
+    if (x->image) {
+      const uint64_t *off = x->image_off + (size_t)p * (size_t)(st->n_layer * st->n_expert * 3) + k;
+      experts_store_views(st, p, layer, x->image, off, x->image_r16 + (p * st->n_layer + layer) * 3, v);
+    } else {
+      experts_store_views(st, p, layer, gguf_base(x->m->gguf), st->mat_off[p] + k, NULL, v);
+    }
   } else {
     experts_cache *c = &x->cache;
     int64_t s = experts_cache_find(c, p, layer, e);

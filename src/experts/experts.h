@@ -29,14 +29,13 @@ typedef struct experts experts;
 mole_status experts_open(mole_model *m, experts **out);
 void experts_close(experts *x);
 
-// Resident provider: calls fn for every expert matrix a forward step may
-// read (each expert, each precision in use) with its file offset, type and
-// shape, for the model's weights image; returns false (and calls nothing)
-// when tiered. experts_use_image: the image now holds them at image + file
-// offset (QL_R16 where supported); the views point there.
-bool experts_resident_matrices(const experts *x, void (*fn)(void *ctx, uint64_t off, quant_type t, int64_t ne0,
-                                                           int64_t ne1),
-                               void *ctx);
+// The weights image (model/image.c): the resident provider calls fn for
+// every expert matrix a forward step may read (each expert, each precision
+// in use) with its rows (src, stride bytes apart), type and shape; fn
+// returns the matrix's place in the image. Nothing happens when tiered.
+// experts_use_image: the image is at `image`; the views point there.
+typedef size_t (*experts_image_fn)(void *ctx, const void *src, size_t stride, quant_type t, int64_t ne0, int64_t ne1);
+mole_status experts_resident_matrices(experts *x, experts_image_fn fn, void *ctx);
 mole_status experts_use_image(experts *x, const uint8_t *image);
 
 // Whether a low-precision copy of every expert exists (packed store).

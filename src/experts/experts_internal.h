@@ -17,6 +17,7 @@ struct experts {
   bool low_in_use;             // low copies exist and T2 > T1
   experts_store store;
   const uint8_t *image;        // resident: the model's weights image holding the experts (NULL: the mapping)
+  uint64_t *image_off;         // [2][n_layer][n_expert][3] their places in it
   uint8_t *image_r16;          // [2][n_layer][3] whether that matrix is QL_R16 there
   experts_policy policy;
   float weights[4];

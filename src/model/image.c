@@ -10,9 +10,12 @@
 // the copy's memory instead of shared page cache; `--mmap` computes straight
 // from the mapping instead.
 //
-// The image mirrors the file: a tensor at file offset o lies at image + o, so
-// every offset table (the expert store's) stays valid. The mirror is reserved
-// without backing (MAP_NORESERVE): only the copied ranges take memory.
+// The image is compact: each matrix (a 2-D tensor, or one matrix of an
+// expert stack) gets its own place, its rows contiguous even when the model
+// tensor is a column slice of the file's (a tensor-parallel shard), and the
+// tensors are repointed there; the expert provider keeps the places of the
+// resident experts' matrices.
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -20,65 +23,70 @@
 #include "experts/experts.h"
 #include "model/model.h"
 
-enum { IMG_HUGE = 2 << 20, IMG_CHUNK_GROUPS = 64, IMG_CHUNK_BYTES = 1 << 20 };
+enum { IMG_HUGE = 2 << 20, IMG_ALIGN = 64, IMG_CHUNK_GROUPS = 64, IMG_CHUNK_BYTES = 1 << 20 };
 
-// One matrix to bring into the image: [ne1][ne0] of `type` at file offset off.
+// One matrix to bring into the image: ne1 rows of ne0 elements of `type` at
+// src, `stride` bytes apart; it goes to image + dst.
 typedef struct {
-  uint64_t off;
+  const uint8_t *src;
+  size_t stride;
   quant_type type;
   int64_t ne0, ne1;
   bool r16;
+  size_t dst;
   int64_t chunk0;  // its first work chunk
 } img_mat;
 
 typedef struct {
-  mole_model *m;
   img_mat *mats;
   int64_t n, cap;
   int64_t n_chunks;
-  int64_t bytes;
+  size_t size;  // bytes so far (aligned places)
   bool oom;
 } img_list;
 
+static size_t mat_size(const img_mat *im) { return quant_row_size(im->type, im->ne0) * (size_t)im->ne1; }
+
 static int64_t mat_chunks(const img_mat *im) {
   if (im->r16) return (im->ne1 / 16 + IMG_CHUNK_GROUPS - 1) / IMG_CHUNK_GROUPS;
-  const int64_t bytes = (int64_t)quant_row_size(im->type, im->ne0) * im->ne1;
-  return MOLE_MAX((bytes + IMG_CHUNK_BYTES - 1) / IMG_CHUNK_BYTES, 1);
+  return MOLE_MAX(((int64_t)mat_size(im) + IMG_CHUNK_BYTES - 1) / IMG_CHUNK_BYTES, 1);
 }
 
-static void add_mat(img_list *L, uint64_t off, quant_type type, int64_t ne0, int64_t ne1) {
+// The place of a new matrix in the image.
+static size_t add_mat(img_list *L, const void *src, size_t stride, quant_type type, int64_t ne0, int64_t ne1) {
   if (L->n == L->cap) {
     const int64_t cap = L->cap ? 2 * L->cap : 256;
     img_mat *p = mole_realloc(L->mats, (size_t)cap * sizeof *p);
     if (!p) {
       L->oom = true;
-      return;
+      return 0;
     }
     L->mats = p;
     L->cap = cap;
   }
   img_mat *im = &L->mats[L->n++];
-  *im = (img_mat){off, type, ne0, ne1, quant_r16_preferred(type, ne1), L->n_chunks};
+  *im = (img_mat){src, stride, type, ne0, ne1, quant_r16_preferred(type, ne1), L->size, L->n_chunks};
   L->n_chunks += mat_chunks(im);
-  L->bytes += (int64_t)quant_row_size(type, ne0) * ne1;
+  L->size += (mat_size(im) + IMG_ALIGN - 1) / IMG_ALIGN * IMG_ALIGN;
+  return im->dst;
 }
 
-// every matrix of a (possibly stacked) model tensor
-static void add_tensor(img_list *L, const model_tensor *t) {
-  if (!t->data) return;
-  const uint64_t off = (uint64_t)((const char *)t->data - (const char *)gguf_base(L->m->gguf));
-  for (int64_t e = 0; e < t->ne2; e++) add_mat(L, off + (uint64_t)e * t->mat_bytes, t->type, t->ne0, t->ne1);
-}
-
-static void add_expert(void *ctx, uint64_t off, quant_type type, int64_t ne0, int64_t ne1) {
-  add_mat(ctx, off, type, ne0, ne1);
+static size_t add_expert(void *ctx, const void *src, size_t stride, quant_type type, int64_t ne0, int64_t ne1) {
+  return add_mat(ctx, src, stride, type, ne0, ne1);
 }
 
 typedef struct {
   const img_list *L;
-  const uint8_t *src;
-  uint8_t *dst;
+  uint8_t *base;
 } img_job;
+
+// The source pages of [a, b) are read once: unmap them (they stay in the
+// page cache, unmapped and reclaimable, and leave this process's RSS).
+static void drop_pages(const uint8_t *a, const uint8_t *b) {
+  const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+  const uintptr_t lo = ((uintptr_t)a + pg - 1) / pg * pg, hi = (uintptr_t)b / pg * pg;
+  if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
 
 static void img_worker(void *ctx, int ith, int nth) {
   const img_job *j = ctx;
@@ -89,34 +97,32 @@ static void img_worker(void *ctx, int ith, int nth) {
     const img_mat *im = &L->mats[mi];
     const int64_t ci = c - im->chunk0;
     const size_t rb = quant_row_size(im->type, im->ne0);
-    const uint8_t *s = j->src + im->off;
-    uint8_t *d = j->dst + im->off;
-    size_t lo, hi;  // the source bytes of this chunk
+    uint8_t *d = j->base + im->dst;
+    int64_t r0, r1;  // the rows of this chunk
     if (im->r16) {
       const int64_t ng = im->ne1 / 16, g0 = ci * IMG_CHUNK_GROUPS, g1 = MOLE_MIN(g0 + IMG_CHUNK_GROUPS, ng);
-      quant_r16_pack(im->type, s, d, im->ne0, im->ne1, g0, g1);
-      lo = (size_t)g0 * 16 * rb;
-      hi = g1 == ng ? rb * (size_t)im->ne1 : (size_t)g1 * 16 * rb;
+      r0 = 16 * g0;
+      r1 = g1 == ng ? im->ne1 : 16 * g1;
+      if (im->stride == rb) {
+        quant_r16_pack(im->type, im->src, d, im->ne0, im->ne1, g0, g1);
+      } else {  // a column slice: its rows made contiguous first (load time: a buffer per chunk)
+        uint8_t *rows = mole_malloc((size_t)(r1 - r0) * rb);
+        MOLE_ASSERT(rows);
+        for (int64_t r = r0; r < r1; r++) memcpy(rows + (size_t)(r - r0) * rb, im->src + (size_t)r * im->stride, rb);
+        // the chunk as a matrix of its own rows: the same groups, the tail when it has it
+        quant_r16_pack(im->type, rows, d + (size_t)r0 * rb, im->ne0, r1 - r0, 0, (r1 - r0) / 16);
+        mole_free(rows);
+      }
     } else {
-      const size_t bytes = rb * (size_t)im->ne1;
-      lo = (size_t)ci * IMG_CHUNK_BYTES;
-      hi = MOLE_MIN(lo + IMG_CHUNK_BYTES, bytes);
-      memcpy(d + lo, s + lo, hi - lo);
+      const int64_t per = MOLE_MAX((int64_t)(IMG_CHUNK_BYTES / rb), 1);
+      r0 = ci * per;
+      r1 = MOLE_MIN(r0 + per, im->ne1);
+      if (im->stride == rb) memcpy(d + (size_t)r0 * rb, im->src + (size_t)r0 * rb, (size_t)(r1 - r0) * rb);
+      else
+        for (int64_t r = r0; r < r1; r++) memcpy(d + (size_t)r * rb, im->src + (size_t)r * im->stride, rb);
     }
-    // read once: unmap the source pages (they stay in the page cache, now
-    // unmapped and reclaimable, and leave this process's RSS)
-    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-    const uintptr_t a = ((uintptr_t)(s + lo) + pg - 1) / pg * pg, b = (uintptr_t)(s + hi) / pg * pg;
-    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+    drop_pages(im->src + (size_t)r0 * im->stride, im->src + (size_t)(r1 - 1) * im->stride + rb);
   }
-}
-
-static void repoint(mole_model *m, model_tensor *t) {
-  if (!t->data) return;
-  const size_t off = (size_t)((const char *)t->data - (const char *)gguf_base(m->gguf));
-  t->data = m->image + off;
-  // every matrix of the tensor was packed on its own, as add_mat decided
-  t->layout = quant_r16_preferred(t->type, t->ne1) ? QL_R16 : QL_ROWS;
 }
 
 // The matmul weights of a layer (the expert stacks come from the provider).
@@ -124,26 +130,52 @@ static void repoint(mole_model *m, model_tensor *t) {
   { &(ly)->wq, &(ly)->wk, &(ly)->wv, &(ly)->wo, &(ly)->ffn_gate, &(ly)->ffn_up, &(ly)->ffn_down, &(ly)->gate_inp, \
     &(ly)->gate_shexp, &(ly)->up_shexp, &(ly)->down_shexp }
 
-mole_status model_image_build(mole_model *m) {
-  img_list L = {.m = m};
-  const bool tied = m->output.data == m->tok_embd.data;
+// Every 2-D weight the forward pass reads, in one fixed order: the build
+// adds them in it and repoints them in it (the expert stacks come from the
+// provider; the token embeddings only when the output shares them: an
+// embedding row is read per token otherwise).
+static int64_t for_each_weight(mole_model *m, model_tensor **out) {
+  int64_t n = 0;
   for (int64_t il = 0; il < m->hp.n_layer; il++) {
     model_layer *ly = &m->layers[il];
-    model_tensor *ts[] = LAYER_MATS(ly);
-    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) add_tensor(&L, ts[i]);
+    model_tensor *lt[] = LAYER_MATS(ly);
+    for (size_t i = 0; i < sizeof lt / sizeof lt[0]; i++)
+      if (lt[i]->data) {
+        MOLE_ASSERT(lt[i]->ne2 == 1);
+        if (out) out[n] = lt[i];
+        n++;
+      }
   }
-  add_tensor(&L, &m->output);  // the token embeddings only when tied: a row per token is read otherwise
-  if (m->experts) experts_resident_matrices(m->experts, add_expert, &L);
-  if (L.oom) {
+  if (out) out[n] = &m->output;
+  return n + 1;
+}
+
+mole_status model_image_build(mole_model *m) {
+  const char *path = gguf_path(m->gguf);
+  const bool tied = m->output.data == m->tok_embd.data;
+  const int64_t nw = for_each_weight(m, NULL);
+  model_tensor **ws = mole_malloc((size_t)nw * sizeof *ws);
+  if (!ws) return mole_errorf(MOLE_ERR_NOMEM, "%s: out of memory for the weights image table", path);
+  for_each_weight(m, ws);
+  img_list L = {0};
+  for (int64_t i = 0; i < nw; i++) add_mat(&L, ws[i]->data, ws[i]->row_bytes, ws[i]->type, ws[i]->ne0, ws[i]->ne1);
+  mole_status st = m->experts ? experts_resident_matrices(m->experts, add_expert, &L) : MOLE_OK;
+  if (st) {
+    mole_free(ws);
     mole_free(L.mats);
-    return mole_errorf(MOLE_ERR_NOMEM, "%s: out of memory for the weights image table", gguf_path(m->gguf));
+    return st;
   }
-  const size_t size = (gguf_size(m->gguf) + IMG_HUGE - 1) / IMG_HUGE * IMG_HUGE;
+  if (L.oom) {
+    mole_free(ws);
+    mole_free(L.mats);
+    return mole_errorf(MOLE_ERR_NOMEM, "%s: out of memory for the weights image table", path);
+  }
+  const size_t size = MOLE_MAX((L.size + IMG_HUGE - 1) / IMG_HUGE * IMG_HUGE, (size_t)IMG_HUGE);
   void *p = mmap(NULL, size + IMG_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
+    mole_free(ws);
     mole_free(L.mats);
-    return mole_errorf(MOLE_ERR_NOMEM, "%s: cannot reserve %zu bytes for the weights image", gguf_path(m->gguf),
-                       size);
+    return mole_errorf(MOLE_ERR_NOMEM, "%s: cannot map %zu bytes for the weights image", path, size);
   }
   // start on a huge page, give the slack back
   uint8_t *base = (uint8_t *)(((uintptr_t)p + IMG_HUGE - 1) / IMG_HUGE * IMG_HUGE);
@@ -152,20 +184,23 @@ mole_status model_image_build(mole_model *m) {
   madvise(base, size, MADV_HUGEPAGE);  // a hint: without THP the copy still works
   m->image = base;
   m->image_size = size;
-  img_job j = {&L, gguf_base(m->gguf), base};
+  img_job j = {&L, base};
   mole_pool_run(m->pool, img_worker, &j);
-  m->image_bytes = L.bytes;
-  // the copies are read-only from here on
-  mprotect(base, size, PROT_READ);
-  for (int64_t il = 0; il < m->hp.n_layer; il++) {
-    model_layer *ly = &m->layers[il];
-    model_tensor *ts[] = LAYER_MATS(ly);
-    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) repoint(m, ts[i]);
+  mprotect(base, size, PROT_READ);  // the copies are read-only from here on
+  int64_t bytes = 0;
+  for (int64_t i = 0; i < L.n; i++) bytes += (int64_t)mat_size(&L.mats[i]);
+  m->image_bytes = bytes;
+  for (int64_t i = 0; i < nw; i++) {
+    model_tensor *t = ws[i];
+    t->data = base + L.mats[i].dst;
+    t->row_bytes = quant_row_size(t->type, t->ne0);
+    t->mat_bytes = t->row_bytes * (size_t)t->ne1;
+    t->layout = L.mats[i].r16 ? QL_R16 : QL_ROWS;
   }
-  repoint(m, &m->output);
   if (tied) m->tok_embd = m->output;
+  mole_free(ws);
   mole_free(L.mats);
-  return m->experts ? experts_use_image(m->experts, m->image) : MOLE_OK;
+  return m->experts ? experts_use_image(m->experts, base) : MOLE_OK;
 }
 
 void model_image_free(mole_model *m) {
