@@ -33,7 +33,7 @@ mole_status mole_model_load(const char *path, const mole_model_params *params, m
     return mole_errorf(MOLE_ERR_ARG, "threads: %d is out of range (0 = all cores, up to 1024)", p.n_threads);
   if (!out) return mole_errorf(MOLE_ERR_ARG, "mole_model_load: out is NULL");
   if (!p.n_threads) p.n_threads = default_threads();
-  return model_load(path, &p, out);
+  return model_load(path, &p, NULL, out);
 }
 
 void mole_model_free(mole_model *m) { model_free(m); }
@@ -123,7 +123,7 @@ mole_status mole_session_new(mole_model *m, const mole_session_params *params, m
   s->m = m;
   s->n_batch = n_batch;
   const model_hparams *hp = &m->hp;
-  mole_status st = kv_new(hp->n_layer, n_ctx, hp->n_head_kv * hp->head_dim, hp->n_head_kv * hp->head_dim_v,
+  mole_status st = kv_new(hp->n_layer, n_ctx, m->loc.n_head_kv * hp->head_dim, m->loc.n_head_kv * hp->head_dim_v,
                           p.kv_type == MOLE_KV_F32 ? QT_F32 : QT_F16, &s->kv);
   if (!st) st = model_scratch_new(m, n_batch, n_ctx, &s->scratch);
   if (st) {

@@ -65,11 +65,12 @@ void model_session_shape(const mole_model *m, int64_t *n_ctx, int64_t *n_batch) 
 static bool scratch_walk(const mole_model *m, int64_t n_batch, int64_t n_ctx, model_scratch *s, int64_t *bytes) {
   const model_hparams *hp = &m->hp;
   const int nth = m->n_threads;
-  const int64_t ff_max = MOLE_MAX(MOLE_MAX(hp->n_ff, hp->n_ff_exp), hp->n_ff_shexp);
-  const int64_t kmax = MOLE_MAX(MOLE_MAX(hp->n_embd, ff_max), hp->n_head * hp->head_dim_v);
+  const model_local *lc = &m->loc;  // this process's share of heads and columns
+  const int64_t ff_max = MOLE_MAX(MOLE_MAX(lc->n_ff, lc->n_ff_exp), lc->n_ff_shexp);
+  const int64_t kmax = MOLE_MAX(MOLE_MAX(hp->n_embd, ff_max), lc->n_head * hp->head_dim_v);
   const size_t q_row = (size_t)kmax * 4 + 64;  // f32 is the widest activation type
-  const int64_t q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim,
-                v_dim = hp->n_head_kv * hp->head_dim_v, o_dim = hp->n_head * hp->head_dim_v;
+  const int64_t q_dim = lc->n_head * hp->head_dim, kv_dim = lc->n_head_kv * hp->head_dim,
+                v_dim = lc->n_head_kv * hp->head_dim_v, o_dim = lc->n_head * hp->head_dim_v;
   const int64_t X = MOLE_MAX(hp->n_expert, 1), U = MOLE_MAX(hp->n_expert_used, 1);
   const int64_t B = n_batch, A = n_batch * U;
   const int64_t group = hp->n_head / hp->n_head_kv, att_tb = MOLE_MAX(64 / group, 1);
@@ -186,18 +187,18 @@ static void attn_worker(void *ctx, int ith, int nth) {
   const attn_job *j = ctx;
   const model_hparams *hp = &j->m->hp;
   model_scratch *s = j->s;
-  const int64_t hd = hp->head_dim, hdv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv;
+  const int64_t hd = hp->head_dim, hdv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv, NH = j->m->loc.n_head;
   const quant_traits *f32t = quant_traits_of(QT_F32);
   float *sc = s->scores + (size_t)ith * (size_t)(s->n_ctx + 64);
   int64_t p0, p1;
-  mole_split(j->n * hp->n_head, ith, nth, &p0, &p1);
+  mole_split(j->n * NH, ith, nth, &p0, &p1);
   for (int64_t p = p0; p < p1; p++) {
-    const int64_t t = p / hp->n_head, h = p % hp->n_head, g = h / group;
+    const int64_t t = p / NH, h = p % NH, g = h / group;
     const model_kv *kv = s->tok_kv[t];
     const int64_t n_kv = s->tok_pos[t] + 1;  // causal: positions 0..pos
     const bool batch = s->tok_segn[t] >= 2;  // ggml's order depends on its own batch's size
     const int64_t np = (n_kv + 63) & ~(int64_t)63;
-    const float *q = s->q + t * hp->n_head * hd + h * hd;
+    const float *q = s->q + t * NH * hd + h * hd;
     float mx = -INFINITY;
     for (int64_t i = 0; i < n_kv; i++) {
       float d;
@@ -212,7 +213,7 @@ static void attn_worker(void *ctx, int ith, int nth) {
     }
     const float inv = (float)(1.0 / sum);
     for (int64_t i = 0; i < n_kv; i++) sc[i] *= inv;
-    float *o = s->att + t * hp->n_head * hdv + h * hdv;
+    float *o = s->att + t * NH * hdv + h * hdv;
     for (int64_t c = 0; c < hdv; c++) {
       float acc[4][16] = {{0}};
       for (int64_t i = 0; i < n_kv; i++) {
@@ -242,13 +243,13 @@ static void attn_worker_f16(void *ctx, int ith, int nth) {
   const model_hparams *hp = &j->m->hp;
   model_scratch *s = j->s;
   const int64_t hd = hp->head_dim, hdv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv, TB = s->att_tb;
-  const int64_t n_blk = s->n_blk, ldq = hp->n_head * hd, ldo = hp->n_head * hdv;
+  const int64_t n_blk = s->n_blk, ldq = j->m->loc.n_head * hd, ldo = j->m->loc.n_head * hdv;
   const quant_traits *f16t = quant_traits_of(QT_F16);
   float *S = s->att_s + (size_t)ith * (size_t)(TB * group * s->n_ctx);
   uint16_t *Q = s->att_q + (size_t)ith * (size_t)(TB * group * hd);
   float *vr = s->vacc + (size_t)ith * (size_t)hdv;
   int64_t p0, p1;
-  mole_split(hp->n_head_kv * n_blk, ith, nth, &p0, &p1);
+  mole_split(j->m->loc.n_head_kv * n_blk, ith, nth, &p0, &p1);
   for (int64_t p = p0; p < p1; p++) {
     const int64_t g = p / n_blk, t0 = s->att_blk[2 * (p % n_blk)], t1 = s->att_blk[2 * (p % n_blk) + 1];
     const model_kv *kv = s->tok_kv[t0];
@@ -306,8 +307,9 @@ static ops_mm mm_expert(const model_tensor *w, const void *x, size_t xstride, in
 static void attention_block(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
   const model_hparams *hp = &m->hp;
   const model_layer *ly = &m->layers[il];
-  const int64_t E = hp->n_embd, hd = hp->head_dim, q_dim = hp->n_head * hd, k_dim = hp->n_head_kv * hd,
-                v_dim = hp->n_head_kv * hp->head_dim_v, o_dim = hp->n_head * hp->head_dim_v;
+  const int64_t NH = m->loc.n_head, NKV = m->loc.n_head_kv;  // this process's heads
+  const int64_t E = hp->n_embd, hd = hp->head_dim, q_dim = NH * hd, k_dim = NKV * hd, v_dim = NKV * hp->head_dim_v,
+                o_dim = NH * hp->head_dim_v;
   for (int64_t t = 0; t < n; t++) ops_rmsnorm(s->xn + t * E, s->x + t * E, ly->attn_norm, E, hp->rms_eps);
   // Q, K, V projections in one fork/join (converted once when the types agree)
   convert_for(m, s, &ly->wq, s->xn, E, n, E, s->xq);
@@ -330,11 +332,11 @@ static void attention_block(mole_model *m, model_scratch *s, int64_t il, int64_t
       ops_rmsnorm(q, q, ly->q_norm, q_dim, hp->rms_eps);
       ops_rmsnorm(k, k, ly->k_norm, k_dim, hp->rms_eps);
     } else if (hp->qk_norm_head) {
-      for (int64_t h = 0; h < hp->n_head; h++) ops_rmsnorm(q + h * hd, q + h * hd, ly->q_norm, hd, hp->rms_eps);
-      for (int64_t h = 0; h < hp->n_head_kv; h++) ops_rmsnorm(k + h * hd, k + h * hd, ly->k_norm, hd, hp->rms_eps);
+      for (int64_t h = 0; h < NH; h++) ops_rmsnorm(q + h * hd, q + h * hd, ly->q_norm, hd, hp->rms_eps);
+      for (int64_t h = 0; h < NKV; h++) ops_rmsnorm(k + h * hd, k + h * hd, ly->k_norm, hd, hp->rms_eps);
     }
-    ops_rope(q, hp->n_head, hd, s->tok_pos[t], hp, m->rope_freqs);
-    ops_rope(k, hp->n_head_kv, hd, s->tok_pos[t], hp, m->rope_freqs);
+    ops_rope(q, NH, hd, s->tok_pos[t], hp, m->rope_freqs);
+    ops_rope(k, NKV, hd, s->tok_pos[t], hp, m->rope_freqs);
     kv_store(s->tok_kv[t], il, s->tok_pos[t], k, v);
   }
   attn_job aj = {m, s, il, n};
@@ -406,7 +408,7 @@ static void route(const model_hparams *hp, model_scratch *s, int64_t n) {
 // gate and up are done.
 static void moe_compute(mole_model *m, model_scratch *s, int64_t n, const int64_t *gs, int64_t ng,
                         quant_type conv_t[2]) {
-  const int64_t E = m->hp.n_embd, F = m->hp.n_ff_exp;
+  const int64_t E = m->hp.n_embd, F = m->loc.n_ff_exp;
   for (int64_t i = 0; i < ng; i++) {
     const int64_t g = gs[i];
     const quant_type vt = ops_vec_type(&s->views[g].gate);
@@ -562,14 +564,14 @@ static mole_status ffn_block(mole_model *m, model_scratch *s, int64_t il, int64_
   const int64_t E = hp->n_embd;
   for (int64_t t = 0; t < n; t++) ops_rmsnorm(s->xn + t * E, s->x + t * E, ly->ffn_norm, E, hp->rms_eps);
   if (hp->n_expert == 0) {
-    dense_ffn(m, s, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, n, hp->n_ff, s->y);
+    dense_ffn(m, s, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, n, m->loc.n_ff, s->y);
   } else {
     mole_status st = moe_ffn(m, s, il, n);
     if (st) return st;
     if (ly->gate_inp_shexp) {
       // shared expert, scaled by sigmoid(w . x)
       float *sh = s->sh;
-      dense_ffn(m, s, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, n, hp->n_ff_shexp, sh);
+      dense_ffn(m, s, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, n, m->loc.n_ff_shexp, sh);
       for (int64_t t = 0; t < n; t++) {
         const float *xn = s->xn + t * E;
         float g = 0;

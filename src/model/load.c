@@ -231,6 +231,29 @@ static mole_status bind_mat(loader *L, model_tensor *mt, const char *name, bool 
   return MOLE_OK;
 }
 
+// A shard's rows [r0, r1) of a bound matrix (column parallel).
+static void slice_rows(model_tensor *mt, int64_t r0, int64_t r1) {
+  if (!mt->data) return;
+  mt->data = (const char *)mt->data + (size_t)r0 * mt->row_bytes;
+  mt->ne1 = r1 - r0;
+}
+
+// A shard's columns [c0, c1) of every row of a bound matrix (row parallel):
+// they must start and end on quantization blocks.
+static mole_status slice_cols(loader *L, model_tensor *mt, const char *name, int64_t c0, int64_t c1) {
+  if (!mt->data) return MOLE_OK;
+  const int64_t bs = quant_blck_size(mt->type);
+  if (c0 % bs || (c1 % bs && c1 != mt->ne0))
+    return mole_errorf(MOLE_ERR_ARG,
+                       "%s: tensor '%s' (%s, blocks of %lld): this process's columns [%lld, %lld) do not fall on "
+                       "blocks; give shares in multiples of %lld columns",
+                       L->path, name, quant_type_name(mt->type), (long long)bs, (long long)c0, (long long)c1,
+                       (long long)bs);
+  mt->data = (const char *)mt->data + quant_row_size(mt->type, c0);
+  mt->ne0 = c1 - c0;
+  return MOLE_OK;
+}
+
 // A vector (norm weight, bias), converted to f32 once.
 static mole_status bind_vec(loader *L, const float **out, const char *name, bool required, int64_t n) {
   const gguf_tensor *t;
@@ -260,28 +283,42 @@ static mole_status bind_layer(loader *L, int64_t il) {
           v_dim = hp->n_head_kv * hp->head_dim_v, o_dim = hp->n_head * hp->head_dim_v;
   char n[128];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%lld." s, (long long)il), n)
+  const model_shard *sh = &m->shard;
+  const int64_t group = hp->n_head / hp->n_head_kv, hd = hp->head_dim, hdv = hp->head_dim_v;
   TRY(bind_vec(L, &ly->attn_norm, NAME("attn_norm.weight"), true, E));
   TRY(bind_mat(L, &ly->wq, NAME("attn_q.weight"), true, E, q_dim, 1));
+  slice_rows(&ly->wq, sh->kvh0 * group * hd, sh->kvh1 * group * hd);
   TRY(bind_mat(L, &ly->wk, NAME("attn_k.weight"), true, E, k_dim, 1));
+  slice_rows(&ly->wk, sh->kvh0 * hd, sh->kvh1 * hd);
   TRY(bind_mat(L, &ly->wv, NAME("attn_v.weight"), true, E, v_dim, 1));
+  slice_rows(&ly->wv, sh->kvh0 * hdv, sh->kvh1 * hdv);
   TRY(bind_mat(L, &ly->wo, NAME("attn_output.weight"), true, o_dim, E, 1));
+  TRY(slice_cols(L, &ly->wo, n, sh->kvh0 * group * hdv, sh->kvh1 * group * hdv));
   TRY(bind_vec(L, &ly->bq, NAME("attn_q.bias"), ad->qkv_bias, q_dim));
   TRY(bind_vec(L, &ly->bk, NAME("attn_k.bias"), ad->qkv_bias, k_dim));
   TRY(bind_vec(L, &ly->bv, NAME("attn_v.bias"), ad->qkv_bias, v_dim));
+  if (ly->bq) ly->bq += sh->kvh0 * group * hd;
+  if (ly->bk) ly->bk += sh->kvh0 * hd;
+  if (ly->bv) ly->bv += sh->kvh0 * hdv;
   TRY(bind_vec(L, &ly->bo, NAME("attn_output.bias"), false, E));
   if (hp->qk_norm_head) {
     TRY(bind_vec(L, &ly->q_norm, NAME("attn_q_norm.weight"), true, hp->head_dim));
     TRY(bind_vec(L, &ly->k_norm, NAME("attn_k_norm.weight"), true, hp->head_dim));
-  } else if (hp->qk_norm_full) {
+  } else if (hp->qk_norm_full) {  // over the whole projection: this shard's part of the weights
     TRY(bind_vec(L, &ly->q_norm, NAME("attn_q_norm.weight"), true, q_dim));
     TRY(bind_vec(L, &ly->k_norm, NAME("attn_k_norm.weight"), true, k_dim));
+    ly->q_norm += sh->kvh0 * group * hd;
+    ly->k_norm += sh->kvh0 * hd;
   }
   TRY(bind_vec(L, &ly->ffn_norm, NAME("ffn_norm.weight"), true, E));
   if (hp->n_expert == 0) {
     if (hp->n_ff <= 0) return mole_errorf(MOLE_ERR_NOT_FOUND, "%s: missing '%s.feed_forward_length'", L->path, L->arch);
     TRY(bind_mat(L, &ly->ffn_gate, NAME("ffn_gate.weight"), true, E, hp->n_ff, 1));
+    slice_rows(&ly->ffn_gate, sh->ff0, sh->ff1);
     TRY(bind_mat(L, &ly->ffn_up, NAME("ffn_up.weight"), true, E, hp->n_ff, 1));
+    slice_rows(&ly->ffn_up, sh->ff0, sh->ff1);
     TRY(bind_mat(L, &ly->ffn_down, NAME("ffn_down.weight"), true, hp->n_ff, E, 1));
+    TRY(slice_cols(L, &ly->ffn_down, n, sh->ff0, sh->ff1));
   } else {
     int64_t X = hp->n_expert, F = hp->n_ff_exp;
     TRY(bind_mat(L, &ly->gate_inp, NAME("ffn_gate_inp.weight"), true, E, X, 1));
@@ -291,8 +328,11 @@ static mole_status bind_layer(loader *L, int64_t il) {
       TRY(experts_store_describe(L->f, L->path, hp, il, &ly->gate_exps, &ly->up_exps, &ly->down_exps));
     } else {
       TRY(bind_mat(L, &ly->gate_exps, NAME("ffn_gate_exps.weight"), true, E, F, X));
+      slice_rows(&ly->gate_exps, sh->fe0, sh->fe1);
       TRY(bind_mat(L, &ly->up_exps, NAME("ffn_up_exps.weight"), true, E, F, X));
+      slice_rows(&ly->up_exps, sh->fe0, sh->fe1);
       TRY(bind_mat(L, &ly->down_exps, NAME("ffn_down_exps.weight"), true, F, E, X));
+      TRY(slice_cols(L, &ly->down_exps, n, sh->fe0, sh->fe1));
     }
     if (ad->shexp) {
       int64_t S = hp->n_ff_shexp;
@@ -300,11 +340,39 @@ static mole_status bind_layer(loader *L, int64_t il) {
         return mole_errorf(MOLE_ERR_NOT_FOUND, "%s: missing '%s.expert_shared_feed_forward_length'", L->path, L->arch);
       TRY(bind_vec(L, &ly->gate_inp_shexp, NAME("ffn_gate_inp_shexp.weight"), true, E));
       TRY(bind_mat(L, &ly->gate_shexp, NAME("ffn_gate_shexp.weight"), true, E, S, 1));
+      slice_rows(&ly->gate_shexp, sh->fs0, sh->fs1);
       TRY(bind_mat(L, &ly->up_shexp, NAME("ffn_up_shexp.weight"), true, E, S, 1));
+      slice_rows(&ly->up_shexp, sh->fs0, sh->fs1);
       TRY(bind_mat(L, &ly->down_shexp, NAME("ffn_down_shexp.weight"), true, S, E, 1));
+      TRY(slice_cols(L, &ly->down_shexp, n, sh->fs0, sh->fs1));
     }
   }
 #undef NAME
+  return MOLE_OK;
+}
+
+// The shard's 0 ends become the whole ranges; the ranges are checked and the
+// local dimensions follow.
+static mole_status resolve_shard(loader *L) {
+  mole_model *m = L->m;
+  const model_hparams *hp = &m->hp;
+  model_shard *s = &m->shard;
+  struct {
+    const char *what;
+    int64_t *a, *b, n;
+  } r[] = {{"KV heads", &s->kvh0, &s->kvh1, hp->n_head_kv}, {"FFN columns", &s->ff0, &s->ff1, hp->n_ff},
+           {"expert FFN columns", &s->fe0, &s->fe1, hp->n_ff_exp},
+           {"shared expert FFN columns", &s->fs0, &s->fs1, hp->n_ff_shexp},
+           {"vocabulary rows", &s->voc0, &s->voc1, hp->n_vocab}};
+  for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
+    if (*r[i].a == 0 && *r[i].b == 0) *r[i].b = r[i].n;
+    if (*r[i].a < 0 || *r[i].a > *r[i].b || *r[i].b > r[i].n)
+      return mole_errorf(MOLE_ERR_ARG, "%s: shard: %s [%lld, %lld) outside [0, %lld)", L->path, r[i].what,
+                         (long long)*r[i].a, (long long)*r[i].b, (long long)r[i].n);
+  }
+  const int64_t group = hp->n_head / hp->n_head_kv;
+  m->loc = (model_local){(s->kvh1 - s->kvh0) * group, s->kvh1 - s->kvh0, s->ff1 - s->ff0, s->fe1 - s->fe0,
+                         s->fs1 - s->fs0, s->voc1 - s->voc0};
   return MOLE_OK;
 }
 
@@ -321,6 +389,8 @@ static mole_status bind_all(loader *L) {
   TRY(bind_vec(L, &m->output_norm, "output_norm.weight", true, hp->n_embd));
   TRY(bind_mat(L, &m->output, "output.weight", false, hp->n_embd, hp->n_vocab, 1));
   if (!m->output.data) m->output = m->tok_embd;  // tied embeddings
+  TRY(resolve_shard(L));
+  slice_rows(&m->output, m->shard.voc0, m->shard.voc1);
   TRY(bind_vec(L, &m->rope_freqs, "rope_freqs.weight", false, hp->n_rot / 2));
   m->layers = mole_calloc((size_t)hp->n_layer, sizeof *m->layers);
   if (!m->layers) return mole_errorf(MOLE_ERR_NOMEM, "%s: out of memory", L->path);
@@ -328,11 +398,12 @@ static mole_status bind_all(loader *L) {
   return MOLE_OK;
 }
 
-mole_status model_load(const char *path, const mole_model_params *p, mole_model **out) {
+mole_status model_load(const char *path, const mole_model_params *p, const model_shard *shard, mole_model **out) {
   *out = NULL;
   quant_init();
   mole_model *m = mole_calloc(1, sizeof *m);
   if (!m) return mole_errorf(MOLE_ERR_NOMEM, "out of memory");
+  if (shard) m->shard = *shard;
   mole_status st = gguf_open(path, &m->gguf);
   if (st) goto fail;
   experts_store_advise_load(m->gguf);  // no read-around into experts while binding (experts/store.h)

@@ -37,12 +37,14 @@ typedef struct model_hparams {
   bool qk_norm_full;      // RMS norm over the whole q / k projection (olmoe)
 } model_hparams;
 
-// A weight as stored in the file: up to 3 dims, rows of ne0 elements.
+// A weight as stored in the file: up to 3 dims, rows of ne0 elements. A
+// shard's column slice keeps the file's rows: its rows are ne0 elements
+// row_bytes apart (more than ne0 elements take).
 typedef struct model_tensor {
   const void *data;  // NULL = absent (optional tensors)
   quant_type type;
   int64_t ne0, ne1, ne2;  // [ne2][ne1][ne0]
-  size_t row_bytes;       // bytes of one row of ne0
+  size_t row_bytes;       // bytes from one row to the next
   size_t mat_bytes;       // bytes of one [ne1][ne0] matrix (experts: stride between experts)
   quant_layout layout;    // QL_ROWS as in the file, or QL_R16 (repacked at load, each matrix on its own)
 } model_tensor;
@@ -73,9 +75,33 @@ typedef struct model_layer {
   model_tensor down_shexp;  // [n_embd][n_ff_shexp]
 } model_layer;
 
+// The share of the model this process computes when several run it together
+// (tensor parallelism, src/dist/): whole KV heads with their query heads,
+// and ranges of the dense FFN's columns, of every routed expert's FFN
+// columns, of the shared expert's, and of the output's vocabulary rows.
+// Column-parallel matrices (wq, wk, wv, gate, up, output) keep their rows of
+// the share, row-parallel ones (wo, down) the matching columns of every row;
+// the rest is replicated. Ends of 0 mean the whole range.
+typedef struct model_shard {
+  int64_t kvh0, kvh1;
+  int64_t ff0, ff1;
+  int64_t fe0, fe1;
+  int64_t fs0, fs1;
+  int64_t voc0, voc1;
+} model_shard;
+
+// The dimensions of this process's share (the whole model's when unsharded).
+typedef struct model_local {
+  int64_t n_head, n_head_kv;  // heads computed here
+  int64_t n_ff, n_ff_exp, n_ff_shexp;  // FFN columns computed here
+  int64_t n_vocab;            // output rows computed here
+} model_local;
+
 struct mole_model {
   gguf_file *gguf;
   model_hparams hp;
+  model_shard shard;       // resolved (no 0 ends) after load
+  model_local loc;
   char arch_name[32];
   model_tensor tok_embd;   // [n_vocab][n_embd]
   const float *output_norm;  // [n_embd]
@@ -94,7 +120,8 @@ struct mole_model {
 
 const char *model_arch_name(model_arch a);
 // Loads hparams and binds every tensor, validating names, shapes and types.
-mole_status model_load(const char *path, const mole_model_params *p, mole_model **out);
+// shard: this process's share (NULL: the whole model).
+mole_status model_load(const char *path, const mole_model_params *p, const model_shard *shard, mole_model **out);
 
 // The weights image (image.c): the weights every step reads copied into
 // anonymous memory on huge pages, R16 where supported, at image + file
