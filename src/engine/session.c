@@ -67,16 +67,21 @@ void mole_model_describe(const mole_model *m, char *buf, size_t n) {
            (double)gguf_size(m->gguf) / (1024.0 * 1024.0));
 }
 
+// bytes of a (possibly sliced) matrix's share: ne1 rows of ne0 elements
+static uint64_t mat_bytes(const model_tensor *t) {
+  return t->data || t->ne2 ? (uint64_t)quant_row_size(t->type, t->ne0) * (uint64_t)t->ne1 : 0;
+}
+
 uint64_t mole_model_active_bytes(const mole_model *m) {
   const model_hparams *hp = &m->hp;
-  uint64_t b = m->output.mat_bytes + m->tok_embd.row_bytes;
+  uint64_t b = mat_bytes(&m->output) + quant_row_size(m->tok_embd.type, m->tok_embd.ne0);
   for (int64_t il = 0; il < hp->n_layer; il++) {
     const model_layer *ly = &m->layers[il];
-    b += ly->wq.mat_bytes + ly->wk.mat_bytes + ly->wv.mat_bytes + ly->wo.mat_bytes;
-    b += ly->ffn_gate.mat_bytes + ly->ffn_up.mat_bytes + ly->ffn_down.mat_bytes;
-    b += ly->gate_inp.mat_bytes;
-    b += (uint64_t)hp->n_expert_used * (ly->gate_exps.mat_bytes + ly->up_exps.mat_bytes + ly->down_exps.mat_bytes);
-    b += ly->gate_shexp.mat_bytes + ly->up_shexp.mat_bytes + ly->down_shexp.mat_bytes;
+    b += mat_bytes(&ly->wq) + mat_bytes(&ly->wk) + mat_bytes(&ly->wv) + mat_bytes(&ly->wo);
+    b += mat_bytes(&ly->ffn_gate) + mat_bytes(&ly->ffn_up) + mat_bytes(&ly->ffn_down);
+    b += mat_bytes(&ly->gate_inp);
+    b += (uint64_t)hp->n_expert_used * (mat_bytes(&ly->gate_exps) + mat_bytes(&ly->up_exps) + mat_bytes(&ly->down_exps));
+    b += mat_bytes(&ly->gate_shexp) + mat_bytes(&ly->up_shexp) + mat_bytes(&ly->down_shexp);
   }
   return b;
 }

@@ -453,7 +453,7 @@ mole_status experts_resident_matrices(experts *x, experts_image_fn fn, void *ctx
           const size_t k = (size_t)((l * X + e) * 3 + j);
           const quant_type t = st->layout[p][l].type[j];
           x->image_off[(size_t)p * (size_t)(L * X * 3) + k] =
-              fn(ctx, base + st->mat_off[p][k], quant_row_size(t, st->ne0[j]), t, st->ne0[j], st->ne1[j]);
+              fn(ctx, base + st->mat_off[p][k], st->layout[p][l].stride[j], t, st->ne0[j], st->ne1[j]);
         }
     }
   return MOLE_OK;

@@ -207,8 +207,9 @@ void experts_store_views(const experts_store *s, int p, int64_t layer, const voi
   for (int j = 0; j < 3; j++) {
     out[j] = (model_tensor){.data = (const char *)base + off[j], .type = lo->type[j], .ne0 = s->ne0[j],
                             .ne1 = s->ne1[j], .ne2 = 1};
-    out[j].row_bytes = quant_row_size(lo->type[j], s->ne0[j]);
-    out[j].mat_bytes = (size_t)lo->bytes[j];
+    // in the weights image (r16 given) rows are contiguous; in the file or a slot, the file's rows
+    out[j].row_bytes = r16 ? quant_row_size(lo->type[j], s->ne0[j]) : (size_t)lo->stride[j];
+    out[j].mat_bytes = out[j].row_bytes * (size_t)s->ne1[j];
     out[j].layout = r16 && r16[j] ? QL_R16 : QL_ROWS;
   }
 }
@@ -222,7 +223,9 @@ mole_status experts_store_open(experts_store *s, const mole_model *m) {
   s->n_layer = hp->n_layer;
   s->n_expert = hp->n_expert;
   s->packed = experts_store_is_packed(f);
-  const int64_t ne0[3] = {hp->n_embd, hp->n_embd, hp->n_ff_exp}, ne1[3] = {hp->n_ff_exp, hp->n_ff_exp, hp->n_embd};
+  // this process's share of each expert: rows [fe0, fe1) of gate and up, those columns of down
+  const int64_t fe0 = m->shard.fe0, Fl = m->loc.n_ff_exp;
+  const int64_t ne0[3] = {hp->n_embd, hp->n_embd, Fl}, ne1[3] = {Fl, Fl, hp->n_embd};
   memcpy(s->ne0, ne0, sizeof ne0);
   memcpy(s->ne1, ne1, sizeof ne1);
   const size_t nk = (size_t)(hp->n_layer * hp->n_expert) * 3;
@@ -250,12 +253,19 @@ mole_status experts_store_open(experts_store *s, const mole_model *m) {
           st = MOLE_OK;
           break;
         }
+        // the share within each matrix of the region (packed files hold whole matrices)
+        for (int j = 0; !st && j < 3; j++) {
+          lo->stride[j] = quant_row_size(lo->type[j], j < 2 ? hp->n_embd : hp->n_ff_exp);
+          lo->offsets[j] += j < 2 ? (uint64_t)fe0 * lo->stride[j] : quant_row_size(lo->type[j], fe0);
+        }
       } else {
-        for (int j = 0; j < 3; j++) {
+        for (int j = 0; j < 3; j++) {  // the bound stacks are the share already
           lo->type[j] = t[j]->type;
-          lo->bytes[j] = t[j]->mat_bytes;
+          lo->stride[j] = t[j]->row_bytes;
         }
       }
+      for (int j = 0; !st && j < 3; j++)
+        lo->bytes[j] = (uint64_t)(ne1[j] - 1) * lo->stride[j] + quant_row_size(lo->type[j], ne0[j]);
       for (int64_t e = 0; e < hp->n_expert && !st; e++) {
         uint64_t *off = s->mat_off[p] + (l * hp->n_expert + e) * 3;
         if (s->packed) {

@@ -28,16 +28,17 @@ typedef struct experts_extent {
 // (packed) where they lie inside an expert's region.
 typedef struct experts_layout {
   quant_type type[3];
-  uint64_t bytes[3];
+  uint64_t bytes[3];    // bytes read for the matrix: from its first row to the end of its last
   uint64_t offsets[3];  // packed: inside the region
   uint64_t region;      // packed: region bytes (a multiple of 4 KiB)
+  uint64_t stride[3];   // bytes from one row to the next (a shard's column slice keeps the file's rows)
 } experts_layout;
 
 typedef struct experts_store {
   const gguf_file *f;
   bool packed, has_low;
   int64_t n_layer, n_expert;
-  int64_t ne0[3], ne1[3];                  // shape of gate, up, down
+  int64_t ne0[3], ne1[3];                  // shape of gate, up, down (this process's share: model_shard)
   experts_layout *layout[EXPERTS_PREC_N];  // [n_layer]
   uint64_t *mat_off[EXPERTS_PREC_N];       // [n_layer][n_expert][3] file offsets of the matrices
   size_t slot_bytes[EXPERTS_PREC_N];       // a cache slot for one expert (aligned extents)
