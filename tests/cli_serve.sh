@@ -115,7 +115,11 @@ wait $(jobs -p | grep -v "^$SPID$") 2> /dev/null || true
 for i in $(seq 6); do [ "$(cat "$T/many$i.code")" = 200 ] || fail "request $i of 6: $(cat "$T/many$i.code")"; done
 
 # a client that goes away mid-stream is cancelled and its slot freed
-curl -sN --max-time 0.5 "$U/v1/completions" -d '{"prompt":"long","max_tokens":3900,"stream":true}' > /dev/null || true
+curl -sN "$U/v1/completions" -d '{"prompt":"long","max_tokens":3900,"stream":true}' > "$T/gone.sse" &
+GP=$!
+for _ in $(seq 100); do [ -s "$T/gone.sse" ] && break; sleep 0.05; done  # it is streaming
+kill "$GP" 2> /dev/null || true
+wait "$GP" 2> /dev/null || true
 for _ in $(seq 50); do
   curl -s "$U/metrics" | grep -q '^mole_requests_total{outcome="cancelled"} [1-9]' && break
   sleep 0.1

@@ -52,6 +52,8 @@ struct model_scratch {
   int64_t *out_tok;   // [n_batch] tokens whose logits are wanted
   int64_t n_out_seg;
   int64_t *out_ends;  // [n_batch] cumulative counts of those per sequence
+  int64_t *sub_ends;  // [n_batch] segment ends within a tile of rows (model_comm overlap)
+  float *lg_local;    // [n_batch][local vocab rows] this process's logits slice (sharded output)
 };
 
 void model_session_shape(const mole_model *m, int64_t *n_ctx, int64_t *n_batch) {
@@ -133,6 +135,8 @@ static bool scratch_walk(const mole_model *m, int64_t n_batch, int64_t n_ctx, mo
   ALLOC(att_blk, 2 * B);
   ALLOC(out_tok, B);
   ALLOC(out_ends, B);
+  ALLOC(sub_ends, B);
+  ALLOC(lg_local, m->loc.n_vocab < hp->n_vocab ? B * m->loc.n_vocab : 1);
 #undef ALLOC
 #undef ALLOC_BYTES
   if (bytes) *bytes = sum;
@@ -162,7 +166,7 @@ void model_scratch_free(model_scratch *s) {
   void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->y, s->sh, s->scores, s->vacc, s->att_s, s->att_q, s->xq, s->hq,
                   s->ff_g, s->ff_u, s->ff_o, s->router, s->sel, s->selw, s->prec, s->grp_cnt, s->grp_off, s->views, s->slot_tok,
                   s->tok_slot, s->grp_list, s->grp_state, s->tasks, s->seg_ends, s->tok_pos, s->tok_kv, s->tok_segn,
-                  s->att_blk, s->out_tok, s->out_ends};
+                  s->att_blk, s->out_tok, s->out_ends, s->sub_ends, s->lg_local};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mole_aligned_free(bufs[i]);
   mole_free(s);
 }
@@ -299,36 +303,129 @@ static ops_mm mm_of(const model_scratch *s, const model_tensor *w, const void *x
                     int64_t ldy) {
   return (ops_mm){w, 0, x, xstride, n, y, ldy, false, s->n_seg, s->seg_ends};
 }
+// The same over token rows [a, b) only (a tile around a collective): the
+// sequences' ends clipped to the tile.
+static ops_mm mm_rows(model_scratch *s, const model_tensor *w, const void *x, size_t xstride, int64_t a, int64_t b,
+                      float *y, int64_t ldy) {
+  int64_t k = 0;
+  for (int64_t i = 0; i < s->n_seg; i++) {
+    const int64_t e = MOLE_MIN(s->seg_ends[i], b);
+    if (e > a && (k == 0 || e - a > s->sub_ends[k - 1])) s->sub_ends[k++] = e - a;
+  }
+  return (ops_mm){w, 0, (const char *)x + (size_t)a * xstride, xstride, b - a, y + a * ldy, ldy, false, k, s->sub_ends};
+}
 // One expert's share of a routed matmul (per-token orders).
 static ops_mm mm_expert(const model_tensor *w, const void *x, size_t xstride, int64_t n, float *y, int64_t ldy) {
   return (ops_mm){w, 0, x, xstride, n, y, ldy, true, 0, NULL};
+}
+
+// The token rows this process's connective blocks (norms, residuals) hold:
+// its share of the batch (hmp), else all of them.
+static void own_rows(const mole_model *m, int64_t n, int64_t *t0, int64_t *t1) {
+  if (m->comm.hmp) {
+    m->comm.token_split(m->comm.ctx, n, m->comm.rank, t0, t1);
+  } else {
+    *t0 = 0;
+    *t1 = n;
+  }
+}
+
+// Rows [a, b) of xn through a layer's projections, around a collective.
+typedef struct {
+  mole_model *m;
+  model_scratch *s;
+  const model_layer *ly;
+  int64_t F;  // dense FFN: its columns here
+} rows_job;
+
+static void qkv_rows(void *user, int64_t a, int64_t b) {
+  rows_job *j = user;
+  mole_model *m = j->m;
+  model_scratch *s = j->s;
+  const model_layer *ly = j->ly;
+  const int64_t E = m->hp.n_embd, q_dim = m->loc.n_head * m->hp.head_dim, k_dim = m->loc.n_head_kv * m->hp.head_dim,
+                v_dim = m->loc.n_head_kv * m->hp.head_dim_v;
+  // converted once when the types agree
+  char *xq = (char *)s->xq + (size_t)a * s->q_row, *xk = xq, *xv = xq;
+  convert_for(m, s, &ly->wq, s->xn + a * E, E, b - a, E, xq);
+  if (ops_vec_type(&ly->wk) != ops_vec_type(&ly->wq)) {
+    xk = (char *)s->hq + (size_t)a * s->q_row;
+    convert_for(m, s, &ly->wk, s->xn + a * E, E, b - a, E, xk);
+  }
+  MOLE_ASSERT(ops_vec_type(&ly->wv) == ops_vec_type(&ly->wq) || ops_vec_type(&ly->wv) == ops_vec_type(&ly->wk));
+  if (ops_vec_type(&ly->wv) != ops_vec_type(&ly->wq)) xv = xk;
+  // rows relative to the tile: mm_rows offsets x and y by a
+  ops_mm t3[3] = {mm_rows(s, &ly->wq, xq - (size_t)a * s->q_row, s->q_row, a, b, s->q, q_dim),
+                  mm_rows(s, &ly->wk, xk - (size_t)a * s->q_row, s->q_row, a, b, s->k, k_dim),
+                  mm_rows(s, &ly->wv, xv - (size_t)a * s->q_row, s->q_row, a, b, s->v, v_dim)};
+  ops_mm_run(m->pool, t3, 3);
+}
+
+static void wo_rows(void *user, int64_t a, int64_t b) {
+  rows_job *j = user;
+  mole_model *m = j->m;
+  model_scratch *s = j->s;
+  const int64_t E = m->hp.n_embd, o_dim = m->loc.n_head * m->hp.head_dim_v;
+  convert_for(m, s, &j->ly->wo, s->att + a * o_dim, o_dim, b - a, o_dim, (char *)s->xq + (size_t)a * s->q_row);
+  ops_mm t1 = mm_rows(s, &j->ly->wo, s->xq, s->q_row, a, b, s->y, E);
+  ops_mm_run(m->pool, &t1, 1);
+}
+
+// y over the processes: the sum of the row-parallel matmul's parts, made by
+// fill(a, b); with hmp only this process's rows are summed here.
+static void reduce_rows(mole_model *m, model_scratch *s, int64_t n, model_rows_fn fill, void *user) {
+  const int64_t E = m->hp.n_embd;
+  if (m->comm.hmp) {
+    m->comm.reduce_scatter(m->comm.ctx, s->y, n, E, fill, user);
+    return;
+  }
+  if (fill) fill(user, 0, n);
+  if (m->comm.allreduce) m->comm.allreduce(m->comm.ctx, s->y, n * E, false);
+}
+
+// xn of every token: this process's rows gathered with the others' (hmp),
+// compute(a, b) run on the rows as they come; else compute on all of them.
+static void gather_rows(mole_model *m, model_scratch *s, int64_t n, model_rows_fn compute, void *user) {
+  if (m->comm.hmp) {
+    m->comm.allgather(m->comm.ctx, s->xn, n, m->hp.n_embd, compute, user);
+    return;
+  }
+  if (compute) compute(user, 0, n);
+}
+
+// RMS norm of x over the whole projection when a process holds only part of
+// it (olmoe's q/k norm under tensor parallelism): the sum of squares of
+// every process's part.
+static void norm_full(mole_model *m, float *x, const float *w, int64_t n_local, int64_t n_global) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n_local; i++) sum += (double)(x[i] * x[i]);
+  if (m->comm.allreduce) m->comm.allreduce(m->comm.ctx, &sum, 1, true);
+  const float scale = 1.0f / sqrtf((float)(sum / (double)n_global) + m->hp.rms_eps);
+  for (int64_t i = 0; i < n_local; i++) x[i] = (x[i] * scale) * w[i];
 }
 
 static void attention_block(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
   const model_hparams *hp = &m->hp;
   const model_layer *ly = &m->layers[il];
   const int64_t NH = m->loc.n_head, NKV = m->loc.n_head_kv;  // this process's heads
-  const int64_t E = hp->n_embd, hd = hp->head_dim, q_dim = NH * hd, k_dim = NKV * hd, v_dim = NKV * hp->head_dim_v,
-                o_dim = NH * hp->head_dim_v;
-  for (int64_t t = 0; t < n; t++) ops_rmsnorm(s->xn + t * E, s->x + t * E, ly->attn_norm, E, hp->rms_eps);
-  // Q, K, V projections in one fork/join (converted once when the types agree)
-  convert_for(m, s, &ly->wq, s->xn, E, n, E, s->xq);
-  const void *xk = s->xq, *xv = s->xq;
-  if (ops_vec_type(&ly->wk) != ops_vec_type(&ly->wq)) {
-    convert_for(m, s, &ly->wk, s->xn, E, n, E, s->hq);
-    xk = s->hq;
-  }
-  MOLE_ASSERT(ops_vec_type(&ly->wv) == ops_vec_type(&ly->wq) || ops_vec_type(&ly->wv) == ops_vec_type(&ly->wk));
-  if (ops_vec_type(&ly->wv) != ops_vec_type(&ly->wq)) xv = xk;
-  ops_mm t3[3] = {mm_of(s, &ly->wq, s->xq, s->q_row, n, s->q, q_dim), mm_of(s, &ly->wk, xk, s->q_row, n, s->k, k_dim),
-                  mm_of(s, &ly->wv, xv, s->q_row, n, s->v, v_dim)};
-  ops_mm_run(m->pool, t3, 3);
+  const int64_t E = hp->n_embd, hd = hp->head_dim, q_dim = NH * hd, k_dim = NKV * hd, v_dim = NKV * hp->head_dim_v;
+  const bool split = m->loc.n_head < hp->n_head;
+  int64_t t0, t1;
+  own_rows(m, n, &t0, &t1);
+  for (int64_t t = t0; t < t1; t++) ops_rmsnorm(s->xn + t * E, s->x + t * E, ly->attn_norm, E, hp->rms_eps);
+  // Q, K, V: this process's heads of every token
+  rows_job rj = {m, s, ly, 0};
+  gather_rows(m, s, n, qkv_rows, &rj);
+  if (!m->comm.hmp) qkv_rows(&rj, 0, n);
   for (int64_t t = 0; t < n; t++) {
     float *q = s->q + t * q_dim, *k = s->k + t * k_dim, *v = s->v + t * v_dim;
     if (ly->bq) for (int64_t i = 0; i < q_dim; i++) q[i] += ly->bq[i];
     if (ly->bk) for (int64_t i = 0; i < k_dim; i++) k[i] += ly->bk[i];
     if (ly->bv) for (int64_t i = 0; i < v_dim; i++) v[i] += ly->bv[i];
-    if (hp->qk_norm_full) {
+    if (hp->qk_norm_full && split) {
+      norm_full(m, q, ly->q_norm, q_dim, hp->n_head * hd);
+      norm_full(m, k, ly->k_norm, k_dim, hp->n_head_kv * hd);
+    } else if (hp->qk_norm_full) {
       ops_rmsnorm(q, q, ly->q_norm, q_dim, hp->rms_eps);
       ops_rmsnorm(k, k, ly->k_norm, k_dim, hp->rms_eps);
     } else if (hp->qk_norm_head) {
@@ -341,18 +438,45 @@ static void attention_block(mole_model *m, model_scratch *s, int64_t il, int64_t
   }
   attn_job aj = {m, s, il, n};
   mole_pool_run(m->pool, s->tok_kv[0]->type == QT_F16 ? attn_worker_f16 : attn_worker, &aj);
-  convert_for(m, s, &ly->wo, s->att, o_dim, n, o_dim, s->xq);
-  ops_mm t1 = mm_of(s, &ly->wo, s->xq, s->q_row, n, s->y, E);
-  ops_mm_run(m->pool, &t1, 1);
-  for (int64_t t = 0; t < n; t++) {
+  // the output projection: this process's heads' part, summed over processes
+  reduce_rows(m, s, n, wo_rows, &rj);
+  for (int64_t t = t0; t < t1; t++) {
     float *x = s->x + t * E, *y = s->y + t * E;
     if (ly->bo) for (int64_t i = 0; i < E; i++) y[i] += ly->bo[i];
     for (int64_t i = 0; i < E; i++) x[i] += y[i];
   }
 }
 
-// silu(gate) * up -> down, for a dense FFN or a shared expert; adds into y scaled
-// per token by gate_scale (NULL = 1).
+// silu(gate) * up for rows [a, b) of a dense FFN (this process's columns)
+static void gate_up_rows(void *user, int64_t a, int64_t b) {
+  rows_job *j = user;
+  mole_model *m = j->m;
+  model_scratch *s = j->s;
+  const model_tensor *wg = j->ly ? &j->ly->ffn_gate : NULL, *wu = j->ly ? &j->ly->ffn_up : NULL;
+  const int64_t E = m->hp.n_embd, F = j->F;
+  char *xg = (char *)s->xq + (size_t)a * s->q_row, *xu = xg;
+  convert_for(m, s, wg, s->xn + a * E, E, b - a, E, xg);
+  if (ops_vec_type(wu) != ops_vec_type(wg)) {
+    xu = (char *)s->hq + (size_t)a * s->q_row;
+    convert_for(m, s, wu, s->xn + a * E, E, b - a, E, xu);
+  }
+  ops_mm t2[2] = {mm_rows(s, wg, xg - (size_t)a * s->q_row, s->q_row, a, b, s->ff_g, F),
+                  mm_rows(s, wu, xu - (size_t)a * s->q_row, s->q_row, a, b, s->ff_u, F)};
+  ops_mm_run(m->pool, t2, 2);
+  for (int64_t t = a; t < b; t++) ops_swiglu(s->ff_g + t * F, s->ff_g + t * F, s->ff_u + t * F, F);
+}
+
+static void down_rows(void *user, int64_t a, int64_t b) {
+  rows_job *j = user;
+  mole_model *m = j->m;
+  model_scratch *s = j->s;
+  const int64_t F = j->F;
+  convert_for(m, s, &j->ly->ffn_down, s->ff_g + a * F, F, b - a, F, (char *)s->hq + (size_t)a * s->q_row);
+  ops_mm t1 = mm_rows(s, &j->ly->ffn_down, s->hq, s->q_row, a, b, s->y, m->hp.n_embd);
+  ops_mm_run(m->pool, &t1, 1);
+}
+
+// silu(gate) * up -> down for a shared expert, into y (this process's columns).
 static void dense_ffn(mole_model *m, model_scratch *s, const model_tensor *wg, const model_tensor *wu,
                       const model_tensor *wd, int64_t n, int64_t F, float *y) {
   const int64_t E = m->hp.n_embd;
@@ -562,10 +686,17 @@ static mole_status ffn_block(mole_model *m, model_scratch *s, int64_t il, int64_
   const model_hparams *hp = &m->hp;
   const model_layer *ly = &m->layers[il];
   const int64_t E = hp->n_embd;
-  for (int64_t t = 0; t < n; t++) ops_rmsnorm(s->xn + t * E, s->x + t * E, ly->ffn_norm, E, hp->rms_eps);
+  int64_t t0, t1;
+  own_rows(m, n, &t0, &t1);
+  for (int64_t t = t0; t < t1; t++) ops_rmsnorm(s->xn + t * E, s->x + t * E, ly->ffn_norm, E, hp->rms_eps);
   if (hp->n_expert == 0) {
-    dense_ffn(m, s, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, n, m->loc.n_ff, s->y);
+    // dense: gate and up tile by tile as rows arrive, down tile by tile as they leave
+    rows_job rj = {m, s, ly, m->loc.n_ff};
+    gather_rows(m, s, n, gate_up_rows, &rj);
+    if (!m->comm.hmp) gate_up_rows(&rj, 0, n);
+    reduce_rows(m, s, n, down_rows, &rj);
   } else {
+    gather_rows(m, s, n, NULL, NULL);  // routing groups all tokens: no tiles
     mole_status st = moe_ffn(m, s, il, n);
     if (st) return st;
     if (ly->gate_inp_shexp) {
@@ -581,8 +712,9 @@ static mole_status ffn_block(mole_model *m, model_scratch *s, int64_t il, int64_
         for (int64_t i = 0; i < E; i++) y[i] += sh[t * E + i] * g;
       }
     }
+    reduce_rows(m, s, n, NULL, NULL);
   }
-  for (int64_t t = 0; t < n; t++)
+  for (int64_t t = t0; t < t1; t++)
     for (int64_t i = 0; i < E; i++) s->x[t * E + i] += s->y[t * E + i];
   return MOLE_OK;
 }
@@ -635,6 +767,7 @@ mole_status model_forward_batch(mole_model *m, model_scratch *s, const model_seg
   int64_t no = 0;
   mole_status st = batch_setup(m, s, segs, n_segs, &no);
   if (st) return st;
+  if (m->comm.step && m->comm.rank == 0 && (st = m->comm.step(m->comm.ctx, segs, n_segs))) return st;
   const int64_t n = s->seg_ends[s->n_seg - 1];
   const quant_traits *et = quant_traits_of(m->tok_embd.type);
   for (int64_t i = 0, t = 0; i < n_segs; i++)
@@ -653,10 +786,41 @@ mole_status model_forward_batch(mole_model *m, model_scratch *s, const model_seg
   }
   if (m->experts) experts_step_done(m->experts, n);
   if (no == 0) return MOLE_OK;
+  // every token's final x where rows are split between processes
+  if (m->comm.hmp) {
+    int64_t t0, t1;
+    own_rows(m, n, &t0, &t1);
+    memcpy(s->xn + t0 * E, s->x + t0 * E, (size_t)((t1 - t0) * E) * sizeof(float));
+    m->comm.allgather(m->comm.ctx, s->xn, n, E, NULL, NULL);
+    memcpy(s->x, s->xn, (size_t)(n * E) * sizeof(float));
+  }
   // the vocabulary projection of the tokens that want logits, each
   // sequence's as a mul_mat of its own
   for (int64_t r = 0; r < no; r++) ops_rmsnorm(s->xn + r * E, s->x + s->out_tok[r] * E, m->output_norm, E, hp->rms_eps);
   convert_for(m, s, &m->output, s->xn, E, no, E, s->xq);
+  const int64_t VL = m->loc.n_vocab;
+  if (VL < V) {  // this process's vocabulary rows; the root gathers them
+    ops_mm to = {&m->output, 0, s->xq, s->q_row, no, s->lg_local, VL, false, s->n_out_seg, s->out_ends};
+    ops_mm_run(m->pool, &to, 1);
+    float *all = NULL;
+    if (m->comm.rank == 0) {
+      all = s->ff_g;
+      if ((size_t)no * (size_t)V > (size_t)s->n_assign_max * (size_t)s->ff_max) {
+        all = mole_malloc((size_t)no * (size_t)V * sizeof(float));  // all logits of a long prompt: rare
+        if (!all) return mole_errorf(MOLE_ERR_NOMEM, "forward: out of memory for %lld rows of logits", (long long)no);
+      }
+    }
+    m->comm.gather_logits(m->comm.ctx, s->lg_local, no, VL, all);
+    if (m->comm.rank == 0)
+      for (int64_t i = 0, o = 0, r0 = 0; i < n_segs; i++) {
+        if (!segs[i].logits) continue;
+        const int64_t r1 = s->out_ends[o++];
+        memcpy(segs[i].logits, all + r0 * V, (size_t)((r1 - r0) * V) * sizeof(float));
+        r0 = r1;
+      }
+    if (all != s->ff_g) mole_free(all);
+    return MOLE_OK;
+  }
   float *lg = s->ff_g;  // [no][V] when it fits the scratch, else per sequence straight into its buffer
   const bool staged = (size_t)no * (size_t)V <= (size_t)s->n_assign_max * (size_t)s->ff_max;
   if (staged) {

@@ -97,8 +97,37 @@ typedef struct model_local {
   int64_t n_vocab;            // output rows computed here
 } model_local;
 
+// How the processes that share a model (src/dist/ fills it in) exchange
+// activations; all hooks NULL for one process. Rows are token rows of `row`
+// floats. `on_rows(user, a, b)` computes rows [a, b) of a matmul around a
+// collective: with overlap the collective runs as a ring and calls it tile
+// by tile while the next tile is on the wire; without, once for all rows.
+typedef void (*model_rows_fn)(void *user, int64_t a, int64_t b);
+typedef struct model_seg model_seg;
+typedef struct model_comm {
+  void *ctx;
+  int rank, size;
+  bool hmp;  // norms and residual adds split by tokens (Galaxy); else replicated (Megatron)
+  // rows [*t0, *t1) of a batch of n tokens that process `rank` holds (hmp)
+  void (*token_split)(void *ctx, int64_t n, int rank, int64_t *t0, int64_t *t1);
+  // sum over the processes, in place (f32 or f64 elements)
+  void (*allreduce)(void *ctx, void *buf, int64_t n, bool f64);
+  // hmp: every process's own rows of x [n][row] to every process; on_rows
+  // (may be NULL) computes on each process's rows as they arrive
+  void (*allgather)(void *ctx, float *x, int64_t n, int64_t row, model_rows_fn on_rows, void *user);
+  // hmp: the sum over processes of y's own rows lands here; make_rows fills
+  // rows of y (this process's part of the sum) just before they are sent
+  void (*reduce_scatter)(void *ctx, float *y, int64_t n, int64_t row, model_rows_fn make_rows, void *user);
+  // every process's vocabulary slice of n rows of logits [n][v_local] to the
+  // root's out [n][n_vocab] (NULL elsewhere)
+  void (*gather_logits)(void *ctx, const float *local, int64_t n, int64_t v_local, float *out);
+  // root: the batch all processes are about to run (broadcast)
+  mole_status (*step)(void *ctx, const model_seg *segs, int64_t n_segs);
+} model_comm;
+
 struct mole_model {
   gguf_file *gguf;
+  model_comm comm;         // several processes (src/dist/); zeroed for one
   model_hparams hp;
   model_shard shard;       // resolved (no 0 ends) after load
   model_local loc;
@@ -146,13 +175,13 @@ void model_session_shape(const mole_model *m, int64_t *n_ctx, int64_t *n_batch);
 // One sequence's share of a forward batch: n tokens at positions n_past..
 // appended to its own KV cache. logits: NULL, or [n][n_vocab] when
 // all_logits, else [n_vocab] for the last token.
-typedef struct model_seg {
+struct model_seg {
   model_kv *kv;
   const int32_t *tokens;
   int64_t n, n_past;
   float *logits;
   bool all_logits;
-} model_seg;
+};
 // Several sequences in one pass (their tokens together at most n_batch):
 // the matmuls run once over all of them, routed experts are grouped across
 // them (each fetched once), each token attends to its own sequence. Every
