@@ -24,6 +24,9 @@ typedef enum mole_status {
 } mole_status;
 
 const char *mole_status_str(mole_status st);
+// Only errors on stderr from now on (no warnings or notes): for the MPI
+// ranks that compute but do not speak.
+void mole_log_quiet(void);
 // The message of the last error on this thread ("file.gguf: offset 24: ...").
 const char *mole_last_error(void);
 
@@ -56,8 +59,17 @@ typedef struct mole_offload_params {
   mole_kv_type session_kv_type;
 } mole_offload_params;
 
+// Several processes (mpirun) computing one model: tp = Megatron tensor
+// parallelism (replicated residual, all-reduce after each block); hmp =
+// Galaxy's hybrid (tensor parallel blocks, norms and residual adds split by
+// tokens: all-gather before a block, reduce-scatter after it).
+typedef enum { MOLE_PARALLEL_NONE = 0, MOLE_PARALLEL_TP, MOLE_PARALLEL_HMP } mole_parallel;
+
 typedef struct mole_model_params {
   int n_threads;  // default 0 = number of online CPUs
+  mole_parallel parallel;  // with mole_dist_model_load; NONE there means hmp (or the plan's)
+  const char *plan;        // mole plan's output: each process's shares (NULL = equal shares)
+  bool no_overlap;         // hmp: plain collectives instead of rings overlapped with the matmuls
   // false (default): the weights every step reads are copied into memory on
   // huge pages, matrices repacked for the decode kernels (faster decode, the
   // copy's memory). true: computed straight from the file mapping (no copy,
@@ -131,6 +143,27 @@ void mole_batcher_free(mole_batcher *b);
 // All items in one pass; on success every session advances by its n. The
 // sessions must share one KV type and fit their new tokens in their context.
 mole_status mole_batcher_eval(mole_batcher *b, const mole_batch_item *items, int64_t n_items);
+
+// ---- several processes (Open MPI) -------------------------------------------
+// mpirun starts every process with the same command line. Each calls
+// mole_dist_init first, then mole_dist_model_load: every process maps the
+// same file and keeps only its share (heads, FFN columns, vocabulary rows).
+// Rank 0 then uses the model as usual (sessions, batches, sampling: its
+// calls drive everything); every other rank calls mole_dist_worker, which
+// runs the passes rank 0 asks for and returns when rank 0 frees the model.
+mole_status mole_dist_init(int *argc, char ***argv);
+void mole_dist_finalize(void);
+int mole_dist_rank(void);
+int mole_dist_size(void);
+mole_status mole_dist_model_load(const char *path, const mole_model_params *params, mole_model **out);
+mole_status mole_dist_worker(mole_model *m);
+
+// Bytes each collective sent from this process, and how often it ran.
+typedef struct mole_dist_counts {
+  int64_t allreduce_bytes, allgather_bytes, reduce_scatter_bytes, logits_bytes, step_bytes;
+  int64_t allreduce_calls, allgather_calls, reduce_scatter_calls;
+} mole_dist_counts;
+void mole_dist_get_counts(const mole_model *m, mole_dist_counts *out);
 
 // ---- OpenAI-compatible HTTP server --------------------------------------------
 // /v1/chat/completions (the model's chat template; streaming with server-sent

@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev valgrind
       liburing-dev libopenblas-dev liblapacke-dev libpcre2-dev libcmocka-dev
-      libcjson-dev libmicrohttpd-dev gnuplot-nox)
+      libcjson-dev libmicrohttpd-dev gnuplot-nox openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

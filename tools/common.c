@@ -189,6 +189,19 @@ int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o) {
     }
   } else if (!strcmp(a, "--mmap")) {
     o->use_mmap = true;
+  } else if (!strcmp(a, "--parallel")) {
+    if (!(v = cli_value(argc, argv, i))) return -1;
+    if (!strcmp(v, "tp")) o->parallel = MOLE_PARALLEL_TP;
+    else if (!strcmp(v, "hmp")) o->parallel = MOLE_PARALLEL_HMP;
+    else {
+      fprintf(stderr, "mole: --parallel: '%s' is not hmp or tp\n", v);
+      return -1;
+    }
+  } else if (!strcmp(a, "--plan")) {
+    if (!(v = cli_value(argc, argv, i))) return -1;
+    o->plan = v;
+  } else if (!strcmp(a, "--no-overlap")) {
+    o->no_overlap = true;
   } else {
     return cli_offload_flag(argc, argv, i, o);
   }
@@ -219,8 +232,25 @@ int cli_load_model(const cli_model_opts *o, mole_model **m) {
   off->session_ctx = o->ctx;  // so `auto` leaves room for this session
   off->session_batch = o->batch;
   off->session_kv_type = o->kv_type;
-  mole_status st = mole_model_load(o->model, &mp, m);
+  const bool dist = mole_dist_size() > 1 || o->parallel != MOLE_PARALLEL_NONE || o->plan;
+  if (dist && mole_dist_size() < 2) {
+    fprintf(stderr, "mole: --parallel/--plan: run under mpirun with 2 or more processes (mpirun -np N mole ...)\n");
+    return 2;
+  }
+  mp.parallel = o->parallel;
+  mp.plan = o->plan;
+  mp.no_overlap = o->no_overlap;
+  mole_status st = dist ? mole_dist_model_load(o->model, &mp, m) : mole_model_load(o->model, &mp, m);
   if (st) return cli_error("load", st);
+  if (dist && mole_dist_rank() != 0) {
+    // this rank computes its share of rank 0's passes until rank 0 frees the
+    // model; then the process ends here (the command's own work is rank 0's)
+    st = mole_dist_worker(*m);
+    if (st) cli_error("worker", st);
+    mole_model_free(*m);
+    mole_dist_finalize();
+    exit(st ? 1 : 0);
+  }
   return 0;
 }
 

@@ -15,6 +15,9 @@ typedef struct cli_model_opts {
   int64_t batch;         // -b N (0 = 512)
   mole_kv_type kv_type;  // --kv-type f16|f32
   bool use_mmap;         // --mmap
+  mole_parallel parallel;  // --parallel tp|hmp (under mpirun)
+  const char *plan;        // --plan FILE
+  bool no_overlap;         // --no-overlap
   // expert offloading; each has_* says the flag was given (else the library default)
   bool has_budget, has_weights, has_t1, has_t2, has_prefetch;
   int64_t expert_budget;       // --expert-budget: bytes, 0 resident, -1 auto
@@ -35,6 +38,10 @@ typedef struct cli_model_opts {
   "      --kv-type T      KV cache type f16|f32 (default: f16)\n"             \
   "      --mmap           compute from the file mapping: no copy of the weights into memory\n" \
   "                       (shared page cache, slower decode; default: copied and repacked)\n" \
+  "several processes (mpirun -np N mole ...; rank 0 prints, the others compute their share):\n" \
+  "      --parallel M     hmp (tensor + sequence parallel, Galaxy) or tp (tensor parallel, Megatron)\n" \
+  "      --plan FILE      each process's shares, from mole plan (default: equal shares)\n" \
+  "      --no-overlap     hmp: plain collectives, no tiles overlapped with the transfers\n" \
   "expert offloading (MoE models larger than memory):\n"                        \
   "      --expert-budget B  RAM for experts: 2GiB, 512MiB, 40% (of the experts), 0 = all\n" \
   "                         resident (mmap), auto = resident if the model fits, else what\n" \
@@ -59,6 +66,8 @@ int cli_parse_tokens(const char *flag, const char *s, int32_t **out, int64_t *n)
 // Loads the model and a session from opts; prints errors.
 int cli_open(const cli_model_opts *o, mole_model **m, mole_session **s);
 int cli_load_model(const cli_model_opts *o, mole_model **m);  // the model only
+// On an MPI rank other than 0, cli_open / cli_load_model do not return:
+// the process serves rank 0's passes (mole_dist_worker) and exits.
 int cli_error(const char *cmd, mole_status st);  // prints mole_last_error, returns 1
 int cli_usage_error(const char *cmd, const char *fmt, ...);  // prints, returns 2
 

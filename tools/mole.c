@@ -40,13 +40,27 @@ int main(int argc, char **argv) {
     usage(stdout);
     return 0;
   }
+  // under mpirun (or asked for): several processes share the model; only rank 0 speaks
+  bool dist = getenv("OMPI_COMM_WORLD_SIZE") != NULL;
+  for (int i = 2; i < argc; i++) dist = dist || !strcmp(argv[i], "--parallel") || !strcmp(argv[i], "--plan");
+  if (dist) {
+    if (mole_dist_init(&argc, &argv) != MOLE_OK) {
+      fprintf(stderr, "mole: %s\n", mole_last_error());
+      return 1;
+    }
+    if (mole_dist_rank() != 0) mole_log_quiet();
+  }
   const char *isa = getenv("MOLE_ISA");
   if (isa && *isa && mole_isa_check(isa) != MOLE_OK) {
     fprintf(stderr, "mole: %s\n", mole_last_error());
     return 2;
   }
   for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
-    if (!strcmp(argv[1], k_cmds[i].name)) return k_cmds[i].fn(argc - 1, argv + 1);
+    if (!strcmp(argv[1], k_cmds[i].name)) {
+      int rc = k_cmds[i].fn(argc - 1, argv + 1);
+      mole_dist_finalize();
+      return rc;
+    }
   fprintf(stderr, "mole: unknown command '%s' (see mole --help)\n", argv[1]);
   return 2;
 }

@@ -47,6 +47,8 @@ const char *mole_model_arch(const mole_model *m) { return m->arch_name; }
 
 const char *mole_isa(void) { return quant_isa_name(); }
 
+void mole_log_quiet(void) { mole_log_set_level(MOLE_LOG_ERROR); }
+
 mole_status mole_isa_check(const char *name) {
   const int want = quant_isa_from_name(name);
   if (want < 0) return mole_errorf(MOLE_ERR_ARG, "MOLE_ISA='%s' is not avx512, avx2 or scalar", name);
@@ -141,6 +143,7 @@ mole_status mole_session_new(mole_model *m, const mole_session_params *params, m
 
 void mole_session_free(mole_session *s) {
   if (!s) return;
+  if (s->kv && s->m->comm.kv_release) s->m->comm.kv_release(s->m->comm.ctx, s->kv->id);
   kv_free(s->kv);
   model_scratch_free(s->scratch);
   mole_free(s);

@@ -1,17 +1,20 @@
 #include "kv/kv.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 mole_status kv_new(int64_t n_layer, int64_t n_ctx, int64_t k_dim, int64_t v_dim, quant_type type, model_kv **out) {
   *out = NULL;
   if (type != QT_F16 && type != QT_F32)
     return mole_errorf(MOLE_ERR_ARG, "kv cache type %s: only f16 and f32 are supported", quant_type_name(type));
-  if (n_layer <= 0 || n_ctx <= 0 || k_dim <= 0 || v_dim <= 0)
+  if (n_layer <= 0 || n_ctx <= 0 || k_dim < 0 || v_dim < 0)
     return mole_errorf(MOLE_ERR_ARG, "kv cache: bad geometry (layers %lld, ctx %lld)", (long long)n_layer,
                        (long long)n_ctx);
   model_kv *kv = mole_calloc(1, sizeof *kv);
   if (!kv) return mole_errorf(MOLE_ERR_NOMEM, "kv cache: out of memory");
   size_t es = type == QT_F16 ? 2 : 4;
+  static atomic_uint_fast64_t next_id = 1;
+  kv->id = atomic_fetch_add(&next_id, 1);
   kv->n_layer = n_layer;
   kv->n_ctx = n_ctx;
   kv->k_dim = k_dim;

@@ -7,6 +7,7 @@
 #include "quant/quant.h"
 
 typedef struct model_kv {
+  uint64_t id;       // unique in the process (names the cache to the other processes of a sharded model)
   int64_t n_layer;
   int64_t n_ctx;     // capacity in positions
   int64_t k_dim;     // n_head_kv * head_dim

@@ -54,6 +54,7 @@ static int64_t mat_chunks(const img_mat *im) {
 
 // The place of a new matrix in the image.
 static size_t add_mat(img_list *L, const void *src, size_t stride, quant_type type, int64_t ne0, int64_t ne1) {
+  if (ne0 == 0 || ne1 == 0) return L->size;  // an empty share: nothing to hold
   if (L->n == L->cap) {
     const int64_t cap = L->cap ? 2 * L->cap : 256;
     img_mat *p = mole_realloc(L->mats, (size_t)cap * sizeof *p);
@@ -158,14 +159,21 @@ mole_status model_image_build(mole_model *m) {
   if (!ws) return mole_errorf(MOLE_ERR_NOMEM, "%s: out of memory for the weights image table", path);
   for_each_weight(m, ws);
   img_list L = {0};
-  for (int64_t i = 0; i < nw; i++) add_mat(&L, ws[i]->data, ws[i]->row_bytes, ws[i]->type, ws[i]->ne0, ws[i]->ne1);
+  size_t *dst = mole_malloc((size_t)nw * sizeof *dst);
+  if (!dst) {
+    mole_free(ws);
+    return mole_errorf(MOLE_ERR_NOMEM, "%s: out of memory for the weights image table", path);
+  }
+  for (int64_t i = 0; i < nw; i++) dst[i] = add_mat(&L, ws[i]->data, ws[i]->row_bytes, ws[i]->type, ws[i]->ne0, ws[i]->ne1);
   mole_status st = m->experts ? experts_resident_matrices(m->experts, add_expert, &L) : MOLE_OK;
   if (st) {
+    mole_free(dst);
     mole_free(ws);
     mole_free(L.mats);
     return st;
   }
   if (L.oom) {
+    mole_free(dst);
     mole_free(ws);
     mole_free(L.mats);
     return mole_errorf(MOLE_ERR_NOMEM, "%s: out of memory for the weights image table", path);
@@ -173,6 +181,7 @@ mole_status model_image_build(mole_model *m) {
   const size_t size = MOLE_MAX((L.size + IMG_HUGE - 1) / IMG_HUGE * IMG_HUGE, (size_t)IMG_HUGE);
   void *p = mmap(NULL, size + IMG_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
+    mole_free(dst);
     mole_free(ws);
     mole_free(L.mats);
     return mole_errorf(MOLE_ERR_NOMEM, "%s: cannot map %zu bytes for the weights image", path, size);
@@ -192,12 +201,13 @@ mole_status model_image_build(mole_model *m) {
   m->image_bytes = bytes;
   for (int64_t i = 0; i < nw; i++) {
     model_tensor *t = ws[i];
-    t->data = base + L.mats[i].dst;
+    t->data = base + dst[i];
     t->row_bytes = quant_row_size(t->type, t->ne0);
     t->mat_bytes = t->row_bytes * (size_t)t->ne1;
-    t->layout = L.mats[i].r16 ? QL_R16 : QL_ROWS;
+    t->layout = quant_r16_preferred(t->type, t->ne1) && t->ne0 > 0 ? QL_R16 : QL_ROWS;  // as add_mat decided
   }
   if (tied) m->tok_embd = m->output;
+  mole_free(dst);
   mole_free(ws);
   mole_free(L.mats);
   return m->experts ? experts_use_image(m->experts, base) : MOLE_OK;

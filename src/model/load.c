@@ -365,7 +365,7 @@ static mole_status resolve_shard(loader *L) {
            {"shared expert FFN columns", &s->fs0, &s->fs1, hp->n_ff_shexp},
            {"vocabulary rows", &s->voc0, &s->voc1, hp->n_vocab}};
   for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
-    if (*r[i].a == 0 && *r[i].b == 0) *r[i].b = r[i].n;
+    if (!s->given && *r[i].a == 0 && *r[i].b == 0) *r[i].b = r[i].n;
     if (*r[i].a < 0 || *r[i].a > *r[i].b || *r[i].b > r[i].n)
       return mole_errorf(MOLE_ERR_ARG, "%s: shard: %s [%lld, %lld) outside [0, %lld)", L->path, r[i].what,
                          (long long)*r[i].a, (long long)*r[i].b, (long long)r[i].n);
@@ -452,6 +452,7 @@ fail:
 
 void model_free(mole_model *m) {
   if (!m) return;
+  if (m->comm.close) m->comm.close(m->comm.ctx);
   experts_close(m->experts);
   model_image_free(m);
   mole_pool_free(m->pool);

@@ -81,8 +81,9 @@ typedef struct model_layer {
 // columns, of the shared expert's, and of the output's vocabulary rows.
 // Column-parallel matrices (wq, wk, wv, gate, up, output) keep their rows of
 // the share, row-parallel ones (wo, down) the matching columns of every row;
-// the rest is replicated. Ends of 0 mean the whole range.
+// the rest is replicated. Without `given`, ends of 0 mean the whole range.
 typedef struct model_shard {
+  bool given;  // the ranges as they are (a share may be empty)
   int64_t kvh0, kvh1;
   int64_t ff0, ff1;
   int64_t fe0, fe1;
@@ -123,6 +124,9 @@ typedef struct model_comm {
   void (*gather_logits)(void *ctx, const float *local, int64_t n, int64_t v_local, float *out);
   // root: the batch all processes are about to run (broadcast)
   mole_status (*step)(void *ctx, const model_seg *segs, int64_t n_segs);
+  // root: a KV cache is gone (the others free theirs); the model is closing
+  void (*kv_release)(void *ctx, uint64_t kv_id);
+  void (*close)(void *ctx);
 } model_comm;
 
 struct mole_model {

@@ -234,6 +234,10 @@ void quant_gemm_op(quant_type wt, quant_layout lay, const void *W, size_t wstrid
   MOLE_ASSERT(k % tr->blck_size == 0 && i0 >= 0 && i0 <= i1 && n_tok >= 0);
   MOLE_ASSERT(op->n_seg == 0 || op->seg_ends[op->n_seg - 1] == n_tok);
   if (i0 == i1 || n_tok == 0) return;
+  if (k == 0) {  // an empty share of a row-parallel matmul (a process with no columns of it)
+    for (int64_t j = 0; j < n_tok; j++) memset(Y + j * ldy + i0, 0, (size_t)(i1 - i0) * sizeof(float));
+    return;
+  }
   if (lay == QL_R16) {
     const int64_t n_rows = op->n_rows;
     MOLE_ASSERT(quant_r16_supported(wt, n_rows) && wstride == quant_row_size(wt, k) && i1 <= n_rows);
