@@ -28,7 +28,7 @@ start_server() {
   "$MOLE" serve -m "$T/m.gguf" -t 2 --port 0 --template chatml "$@" 2> "$log" &
   SPID=$!
   PIDS+=("$SPID")
-  for _ in $(seq 100); do
+  for _ in $(seq 600); do  # up to a minute on a loaded machine
     PORT=$(sed -n 's/.*listening on http:\/\/[^:]*:\([0-9]*\).*/\1/p' "$log")
     [ -n "$PORT" ] && curl -sf "http://127.0.0.1:$PORT/health" > /dev/null && return 0
     sleep 0.1

@@ -16,7 +16,8 @@ static const char *k_help =
     "server (-c is the context of each sequence, -b the prompt tokens prefilled per step):\n"
     "      --host H          address to listen on (default: 127.0.0.1, loopback only)\n"
     "      --port P          port (default: 8080; 0 = any free port, printed)\n"
-    "  -np, --parallel N     sequences decoding at once (default: 4)\n"
+    "  -np, --parallel N     sequences decoding at once (default: 4); --parallel hmp|tp with a\n"
+    "                        letter splits the model over MPI processes (see above)\n"
     "      --api-key K       require \"Authorization: Bearer K\" (all routes but /health)\n"
     "      --ctx-per-seq N   the same as -c\n"
     "      --template NAME   chat template (default: the model's; chatml if it has none known)\n"
@@ -32,6 +33,13 @@ int cmd_serve(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
     int64_t x;
+    // --parallel N: slots (as llama-server's); --parallel hmp|tp: the model over MPI processes
+    if ((!strcmp(a, "--parallel") || !strcmp(a, "-np")) && i + 1 < argc && argv[i + 1][0] >= '0' &&
+        argv[i + 1][0] <= '9') {
+      if (!(v = cli_value(argc, argv, &i)) || cli_parse_i64(a, v, 1, 256, &x)) return 2;
+      sp.parallel = (int)x;
+      continue;
+    }
     int r = cli_model_flag(argc, argv, &i, &mo);
     if (r < 0) return 2;
     if (r > 0) continue;
@@ -44,9 +52,6 @@ int cmd_serve(int argc, char **argv) {
     } else if (!strcmp(a, "--port")) {
       if (!(v = cli_value(argc, argv, &i)) || cli_parse_i64(a, v, 0, 65535, &x)) return 2;
       sp.port = (int)x;
-    } else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) {
-      if (!(v = cli_value(argc, argv, &i)) || cli_parse_i64(a, v, 1, 256, &x)) return 2;
-      sp.parallel = (int)x;
     } else if (!strcmp(a, "--api-key")) {
       if (!(v = cli_value(argc, argv, &i))) return 2;
       sp.api_key = v;

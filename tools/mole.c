@@ -42,7 +42,9 @@ int main(int argc, char **argv) {
   }
   // under mpirun (or asked for): several processes share the model; only rank 0 speaks
   bool dist = getenv("OMPI_COMM_WORLD_SIZE") != NULL;
-  for (int i = 2; i < argc; i++) dist = dist || !strcmp(argv[i], "--parallel") || !strcmp(argv[i], "--plan");
+  for (int i = 2; i < argc; i++)
+    dist = dist || !strcmp(argv[i], "--plan") ||
+           (!strcmp(argv[i], "--parallel") && i + 1 < argc && (!strcmp(argv[i + 1], "hmp") || !strcmp(argv[i + 1], "tp")));
   if (dist) {
     if (mole_dist_init(&argc, &argv) != MOLE_OK) {
       fprintf(stderr, "mole: %s\n", mole_last_error());

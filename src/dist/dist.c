@@ -63,7 +63,8 @@ static int g_rank, g_size = 1;
 mole_status mole_dist_init(int *argc, char ***argv) {
   if (g_inited) return MOLE_OK;
   int prov = 0;
-  if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &prov) != MPI_SUCCESS)
+  // serialized: the server calls MPI from its engine thread, one thread at a time
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &prov) != MPI_SUCCESS)
     return mole_errorf(MOLE_ERR_INTERNAL, "MPI_Init_thread failed");
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
