@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# One model over several MPI processes (mpirun --oversubscribe on this
+# machine): logits of tp and hmp, with and without overlap, equal and
+# unequal shares (a plan file), N = 2, 3, 4, for every architecture and a
+# quantized model, against the single process: within the conformance
+# tolerances (f32 weights: relative error <= 1e-4 at every position;
+# quantized: <= 1e-2 and the same argmax where the top-2 margin is > 0.05).
+# Not bit-identical: a row-parallel matmul's sum is split between processes.
+# Also: decode one token at a time, expert offloading on every rank, and the
+# errors of a bad setup.
+set -euo pipefail
+MOLE=${MOLE_BIN:?}
+SRC=${MOLE_SOURCE_DIR:?}
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+command -v mpirun > /dev/null || fail "mpirun not found (openmpi-bin)"
+MPI=(mpirun --allow-run-as-root --oversubscribe --mca btl self,vader --bind-to none)
+M=$SRC/tests/data/conformance/models
+TOK=$(seq -s, 1 3 70)  # 24 tokens
+
+compare() {  # ref out tol label
+  python3 - "$@" <<'PY'
+import array, math, sys
+ref, out, tol, label = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+a = array.array("f", open(ref, "rb").read()); b = array.array("f", open(out, "rb").read())
+if len(a) != len(b):
+    sys.exit("%s: %d logits, reference %d" % (label, len(b), len(a)))
+V = 512
+worst = 0.0
+for i in range(len(a) // V):
+    r = a[i * V:(i + 1) * V]; o = b[i * V:(i + 1) * V]
+    e = math.sqrt(sum((x - y) ** 2 for x, y in zip(r, o))) / math.sqrt(sum(x * x for x in r))
+    worst = max(worst, e)
+    top = sorted(range(V), key=lambda j: -r[j])
+    if tol >= 1e-2 and r[top[0]] - r[top[1]] > 0.05 and max(range(V), key=lambda j: o[j]) != top[0]:
+        sys.exit("%s: argmax differs at position %d" % (label, i))
+if not worst <= tol:
+    sys.exit("%s: worst relative error %.3g > %g" % (label, worst, tol))
+print("%-40s worst rel err %.2e" % (label, worst))
+PY
+}
+
+run() {  # model np mode extra... -> T/out.f32
+  local model=$1 np=$2 mode=$3
+  shift 3
+  "${MPI[@]}" -np "$np" "$MOLE" logits -m "$M/$model.gguf" --tokens "$TOK" -o "$T/out.f32" --kv-type f32 -t 1 \
+    --parallel "$mode" "$@" > "$T/mpi.log" 2>&1 || { cat "$T/mpi.log" >&2; fail "$model np $np $mode $*"; }
+}
+
+printf '{"mode": "hmp", "ranks": [{"heads": 3, "ffn": 3, "seq": 3, "vocab": 3}, {"heads": 1, "ffn": 1, "seq": 1, "vocab": 1}]}' > "$T/plan2.json"
+printf '{"mode": "hmp", "ranks": [{"heads": 1, "ffn": 2, "seq": 1, "vocab": 3}, {"heads": 0, "ffn": 1, "seq": 2, "vocab": 1}, {"heads": 1, "ffn": 1, "seq": 0, "vocab": 1}]}' > "$T/plan3.json"
+
+for model in llama-dense mixtral qwen3moe olmoe qwen2moe mixtral-q8_0 mixtral-q4_k_m; do
+  "$MOLE" logits -m "$M/$model.gguf" --tokens "$TOK" -o "$T/ref.f32" --kv-type f32 -t 1
+  tol=1e-4
+  case $model in *q8_0 | *q4_k_m) tol=1e-2 ;; esac
+  run "$model" 2 tp && compare "$T/ref.f32" "$T/out.f32" $tol "$model tp N=2"
+  run "$model" 3 hmp && compare "$T/ref.f32" "$T/out.f32" $tol "$model hmp N=3"
+  run "$model" 4 tp && compare "$T/ref.f32" "$T/out.f32" $tol "$model tp N=4"
+  run "$model" 4 hmp --no-overlap && compare "$T/ref.f32" "$T/out.f32" $tol "$model hmp N=4 no overlap"
+  run "$model" 2 hmp --plan "$T/plan2.json" && compare "$T/ref.f32" "$T/out.f32" $tol "$model hmp N=2 shares 3:1"
+  run "$model" 3 hmp --plan "$T/plan3.json" && compare "$T/ref.f32" "$T/out.f32" $tol "$model hmp N=3 uneven shares"
+done
+
+# decode: one token per pass (the KV cache path), and offloaded experts on every rank
+"$MOLE" logits -m "$M/mixtral.gguf" --tokens "$TOK" -o "$T/ref.f32" --kv-type f32 -t 1 --one-by-one
+run mixtral 3 hmp --one-by-one && compare "$T/ref.f32" "$T/out.f32" 1e-4 "mixtral hmp N=3 one by one"
+run mixtral 2 tp --one-by-one --expert-budget 30% --io pread && compare "$T/ref.f32" "$T/out.f32" 1e-4 "mixtral tp N=2 offloaded"
+
+# only rank 0 prints
+"${MPI[@]}" -np 3 "$MOLE" run -m "$M/mixtral.gguf" --tokens 1,2,3 --ids -n 4 --seed 1 -t 1 --parallel hmp > "$T/run.out" 2> "$T/run.err" ||
+  fail "mole run under mpirun"
+[ "$(wc -l < "$T/run.out")" -le 2 ] || fail "more than rank 0 printed: $(cat "$T/run.out")"
+
+# bad setups: clear errors
+if "$MOLE" logits -m "$M/mixtral.gguf" --tokens 1 -o "$T/x" --parallel hmp 2> "$T/err"; then fail "--parallel without mpirun"; fi
+grep -q mpirun "$T/err" || fail "no word of mpirun: $(cat "$T/err")"
+if "${MPI[@]}" -np 2 "$MOLE" logits -m "$M/mixtral.gguf" --tokens 1 -o "$T/x" --plan "$T/plan3.json" > "$T/err" 2>&1; then
+  fail "a 3-process plan on 2"
+fi
+grep -q "plan for 3 processes" "$T/err" || fail "plan size: $(cat "$T/err")"
+echo '{"ranks": "x"}' > "$T/bad.json"
+if "${MPI[@]}" -np 2 "$MOLE" logits -m "$M/mixtral.gguf" --tokens 1 -o "$T/x" --plan "$T/bad.json" > "$T/err" 2>&1; then
+  fail "a bad plan"
+fi
+grep -q "not a plan" "$T/err" || fail "bad plan message: $(cat "$T/err")"
+echo "cli_dist: ok"
