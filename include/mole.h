@@ -158,6 +158,12 @@ int mole_dist_size(void);
 mole_status mole_dist_model_load(const char *path, const mole_model_params *params, mole_model **out);
 mole_status mole_dist_worker(mole_model *m);
 
+// mole plan (every process of the mpirun calls it): profiles each process
+// (weight streaming and batch speed, memory it may use, link to rank 0) and
+// writes, on rank 0, shares that let all finish together within their memory
+// (JSON for --plan; out NULL = stdout). MOLE_ERR_NOMEM when they cannot fit.
+mole_status mole_dist_plan(const char *path, const mole_model_params *params, const char *out);
+
 // Bytes each collective sent from this process, and how often it ran.
 typedef struct mole_dist_counts {
   int64_t allreduce_bytes, allgather_bytes, reduce_scatter_bytes, logits_bytes, step_bytes;

@@ -15,5 +15,6 @@ int cmd_pack(int argc, char **argv);
 int cmd_cachesim(int argc, char **argv);
 int cmd_kld(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 
 #endif

@@ -16,6 +16,7 @@ static const command k_cmds[] = {
     {"run", cmd_run, "generate text from a prompt"},
     {"chat", cmd_chat, "interactive chat with the model's chat template"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server with continuous batching"},
+    {"plan", cmd_plan, "each MPI process's shares of a model, from their profiles (mpirun)"},
     {"logits", cmd_logits, "write the logits of a token sequence (float32)"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"kld", cmd_kld, "KL divergence / top-1 agreement of a configuration against a reference"},
@@ -41,7 +42,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   // under mpirun (or asked for): several processes share the model; only rank 0 speaks
-  bool dist = getenv("OMPI_COMM_WORLD_SIZE") != NULL;
+  bool dist = getenv("OMPI_COMM_WORLD_SIZE") != NULL || !strcmp(argv[1], "plan");
   for (int i = 2; i < argc; i++)
     dist = dist || !strcmp(argv[i], "--plan") ||
            (!strcmp(argv[i], "--parallel") && i + 1 < argc && (!strcmp(argv[i + 1], "hmp") || !strcmp(argv[i + 1], "tp")));

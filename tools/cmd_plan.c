@@ -1,0 +1,46 @@
+// mole plan: each MPI process's shares of a model (src/dist/dist_plan.c).
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "common.h"
+
+static const char *k_help =
+    "usage: mpirun -np N mole plan -m FILE [-o PLAN.json] [--parallel hmp|tp] [-t N]\n"
+    "Profiles every process (how fast it streams weights through a matvec and multiplies a\n"
+    "batch, the memory it may use: MemAvailable or its cgroup limit, its link to rank 0) and\n"
+    "gives each its shares of heads, FFN columns, vocabulary rows and tokens in proportion to\n"
+    "its speed, moving share away from a process whose share would not fit its memory.\n"
+    "Run the model with the same processes and --plan PLAN.json.\n"
+    "  -m FILE          the model\n"
+    "  -o FILE          where rank 0 writes the plan (default: stdout)\n"
+    "  --parallel M     hmp (default) or tp: whether tokens are shared too\n"
+    "  -t N             threads per process (default: all cores)\n";
+
+int cmd_plan(int argc, char **argv) {
+  cli_model_opts mo = {0};
+  const char *out = NULL;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      fputs(k_help, stdout);
+      return 0;
+    }
+    if (!strcmp(a, "-o")) {
+      if (!(out = cli_value(argc, argv, &i))) return 2;
+      continue;
+    }
+    int r = cli_model_flag(argc, argv, &i, &mo);
+    if (r < 0) return 2;
+    if (r == 0) return cli_usage_error("plan", "unknown option '%s'", a);
+  }
+  if (!mo.model) return cli_usage_error("plan", "no model given (-m FILE)");
+  if (mole_dist_size() < 2) return cli_usage_error("plan", "run it under mpirun with the processes to plan for");
+  mole_model_params mp = mole_model_default_params();
+  mp.n_threads = mo.threads;
+  mp.parallel = mo.parallel;
+  mole_status st = mole_dist_plan(mo.model, &mp, out);
+  if (st) return cli_error("plan", st);
+  if (mole_dist_rank() == 0 && out) fprintf(stderr, "mole plan: wrote %s\n", out);
+  return 0;
+}
