@@ -540,41 +540,29 @@ static inline __attribute__((always_inline)) void c1_direct(const int NT, const 
   }
 }
 
-// q4_0, one fma per block: 16 rows per panel. Up to 4 tokens in registers;
-// more: every token of the call against each block's codes, accumulators in
-// scratch.
+// q4_0, one fma per block: 16 rows per panel, tokens 4 at a time with their
+// accumulators in registers: the panel (16 rows x k, L1/L2-sized) is read
+// from memory for the first 4 and from cache for the others. Each token's
+// sum runs over the blocks in the same order whatever its group.
 static void tile_q4_0_c1(bool r16, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
                          int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k) {
   const int64_t nb = k / 32, nt = j1 - j0;
-  char *scr = quant_scratch((size_t)nt * 64 + (size_t)nt * (size_t)nb * 8);
-  __m512 *accs = (__m512 *)scr;
-  const tok_aux ta = q8_0_aux(scr + (size_t)nt * 64, X, xstride, j0, nt, nb);
+  char *scr = quant_scratch((size_t)nt * (size_t)nb * 8);
+  const tok_aux ta_all = q8_0_aux(scr, X, xstride, j0, nt, nb);
   for (int64_t r0 = i0; r0 < i1; r0 += 16) {
     const panel16 pn = panel_at(r16, W, wstride, r0, i1);
-    if (nt <= 4) {
+    for (int64_t g = 0; g < nt; g += 4) {
+      const int64_t ng = MOLE_MIN(nt - g, (int64_t)4);
+      const tok_aux ta = {ta_all.dx + g * nb, ta_all.sx + g * nb};
       __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-      switch (nt) {
-        case 1: c1_direct(1, &pn, X, xstride, j0, &ta, nb, acc); break;
-        case 2: c1_direct(2, &pn, X, xstride, j0, &ta, nb, acc); break;
-        case 3: c1_direct(3, &pn, X, xstride, j0, &ta, nb, acc); break;
-        default: c1_direct(4, &pn, X, xstride, j0, &ta, nb, acc); break;
+      switch (ng) {
+        case 1: c1_direct(1, &pn, X, xstride, j0 + g, &ta, nb, acc); break;
+        case 2: c1_direct(2, &pn, X, xstride, j0 + g, &ta, nb, acc); break;
+        case 3: c1_direct(3, &pn, X, xstride, j0 + g, &ta, nb, acc); break;
+        default: c1_direct(4, &pn, X, xstride, j0 + g, &ta, nb, acc); break;
       }
-      for (int64_t j = 0; j < nt; j++) panel_store(&pn, Y + (j0 + j) * ldy + r0, acc[j]);
-      continue;
+      for (int64_t j = 0; j < ng; j++) panel_store(&pn, Y + (j0 + g + j) * ldy + r0, acc[j]);
     }
-    for (int64_t j = 0; j < nt; j++) accs[j] = _mm512_setzero_ps();
-    __m512 dw_next = r16 ? _mm512_setzero_ps() : gather_f16(pn.p[0], pn.offs);
-    for (int64_t b = 0; b < nb; b++) {
-      __m512i V[8];
-      const __m512 dw = q4_0_block(&pn, b, nb, V, &dw_next);
-      for (int64_t j = 0; j < nt; j++) {
-        const blk_q8_0 *x = (const blk_q8_0 *)((const char *)X + (size_t)(j0 + j) * xstride) + b;
-        const __m512i isum = q4_0_isum(V, x, ta.sx[j * nb + b]);
-        accs[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(ta.dx[j * nb + b])),
-                                  accs[j]);
-      }
-    }
-    for (int64_t j = 0; j < nt; j++) panel_store(&pn, Y + (j0 + j) * ldy + r0, accs[j]);
   }
 }
 
