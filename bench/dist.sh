@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # `make bench`, part 4: one model over several processes (mole --parallel),
 # each rank in its own network namespace, joined by veth links to a bridge
-# and limited with tc netem (unshaped, 1 Gbit/s + 0.2 ms, 100 Mbit/s + 1 ms):
-# latency per token of decode and of a prompt at N = 2 and 4 for tp, hmp
-# without overlap and hmp with overlap; the bytes the ranks' interfaces sent
-# per decode token next to the formula; then ranks of unequal speed (a CPU
+# and rate-limited with tc tbf (unshaped, 1 Gbit/s, 100 Mbit/s; this kernel
+# has no netem, so no added delay): latency per token of decode and of a
+# prompt at N = 2 and 4 for tp, hmp without overlap and hmp with overlap
+# (each a mean of 3 runs); the bytes the ranks' interfaces sent per decode
+# token (the difference between a run of 8 and one of 40 generated tokens,
+# so start-up and prompt traffic cancel) next to the formula, in all and per
+# layer; then ranks of unequal speed (a CPU
 # quota on rank 1 through a cgroup) with mole plan's shares against equal
 # shares; then a model larger than one rank's memory limit (cgroup) across
 # two ranks under their own limits. Needs root (netns, tc, cgroups); every
@@ -15,7 +18,8 @@ cd "$(dirname "$0")/.."
 MOLE=$(realpath "${MOLE:-build/mole}")
 M=${DIST_MODEL:-models/bench/synth-r2-l8/synth-q4_0.gguf}
 PP=${PP:-128}
-TG=${TG:-16}
+TG=${TG:-32}
+REPS=${REPS:-3}
 OUT=bench/out
 mkdir -p "$OUT"
 if [ "$(id -u)" -ne 0 ] || ! command -v mpirun > /dev/null; then
@@ -89,31 +93,59 @@ tx_total() {  # bytes sent by ranks 0..n-1 so far
 }
 
 runs=$OUT/dist-runs.tsv
-printf "link\tN\tmode\tpp_tps\ttg_tps\ttx_bytes_per_token\tformula_bytes_per_token\n" > "$runs"
+printf "link\tN\tmode\tpp_tps\ttg_tps\n" > "$runs"
 bench1() {  # link N mode flags...
   local link=$1 n=$2 mode=$3
   shift 3
-  local b0 b1 j
-  b0=$(tx_total "$n")
-  j=$("${MPI[@]}" -np "$n" "$WRAP" "$MOLE" bench -m "$M" -p "$PP" -n "$TG" -r 1 -t 1 --json "$@" 2> "$OUT/dist-err.log") ||
+  local j
+  j=$("${MPI[@]}" -np "$n" "$WRAP" "$MOLE" bench -m "$M" -p "$PP" -n "$TG" -r "$REPS" -t 1 --json "$@" 2> "$OUT/dist-err.log") ||
     { cat "$OUT/dist-err.log" >&2; return 1; }
-  b1=$(tx_total "$n")
-  python3 - "$link" "$n" "$mode" "$j" "$((b1 - b0))" "$PP" "$TG" >> "$runs" << 'PY'
-import json, sys
-link, n, mode, j, tx, pp, tg = sys.argv[1], int(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
-E, L, V = 1024, 8, 32000
-# per decode token: every layer's two tensor-parallel blocks move one row of E floats
-# around the ring each way (tp: an all-reduce = reduce-scatter + all-gather; hmp:
-# an all-gather before and a reduce-scatter after), (N-1) * E * 4 bytes each way;
-# hmp also gathers the last x (one row); the root gathers the others' vocabulary rows
-ring = 2 * 2 * (n - 1) * E * 4 * L
-formula = ring + (n - 1) * V // n * 4 + (4 * (n - 1) * E if mode.startswith("hmp") else 0)
-# the warm-up token, the prompt and the 16 tokens all moved bytes: count per token of all
-tokens = 1 + pp + tg
-print("%s\t%d\t%s\t%.2f\t%.2f\t%.0f\t%d" % (link, n, mode, j["pp_tps"], j["tg_tps"], tx / tokens, formula))
-PY
+  python3 -c 'import json, sys; j = json.loads(sys.argv[4]); print("%s\t%s\t%s\t%.2f\t%.2f" % (sys.argv[1], sys.argv[2], sys.argv[3], j["pp_tps"], j["tg_tps"]))' \
+    "$link" "$n" "$mode" "$j" >> "$runs"
   tail -n 1 "$runs" >&2
 }
+
+# bytes the ranks' interfaces sent per decode token: a run of 40 generated
+# tokens minus one of 8 (start-up, wire-up and prompt traffic cancel), / 32
+bytes=$OUT/dist-bytes.tsv
+printf "N\tmode\tsent_per_token\tformula_per_token\tsent_per_layer\tformula_per_layer\n" > "$bytes"
+bytes1() {  # N mode flags...
+  local n=$1 mode=$2 b0 b1 b2 b3
+  shift 2
+  b0=$(tx_total "$n")
+  "${MPI[@]}" -np "$n" "$WRAP" "$MOLE" bench -m "$M" -p 8 -n 8 -r 1 -t 1 "$@" > /dev/null 2> "$OUT/dist-err.log" ||
+    { cat "$OUT/dist-err.log" >&2; return 1; }
+  b1=$(tx_total "$n")
+  "${MPI[@]}" -np "$n" "$WRAP" "$MOLE" bench -m "$M" -p 8 -n 40 -r 1 -t 1 "$@" > /dev/null 2> "$OUT/dist-err.log" ||
+    { cat "$OUT/dist-err.log" >&2; return 1; }
+  b2=$(tx_total "$n")
+  python3 - "$n" "$mode" "$(((b2 - b1) - (b1 - b0)))" >> "$bytes" << 'PY'
+import sys
+n, mode, d = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+E, L, V = 1024, 8, 32000
+sent = d / 32
+# payload per decode token, all ranks: each layer's two tensor-parallel blocks
+# move one row of E floats. hmp all-gathers the owner's row before a block
+# and reduce-scatters the partial sums back to it after, both as rings:
+# (N-1) E 4 bytes each, 4 (N-1) E 4 per layer. tp all-reduces the row with
+# MPI_Allreduce, for which Open MPI picks recursive doubling at this size
+# (every rank sends the whole row log2 N times: N log2 N E 4 bytes; for
+# N = 2 the same as a ring's 2 (N-1) E 4), 2 N log2 N E 4 per layer. Then
+# the other ranks' vocabulary rows of the logits go to rank 0, hmp gathers
+# the last row of x for the output norm, and rank 0 broadcasts the step.
+import math
+layer = 4 * (n - 1) * E * 4 if mode.startswith("hmp") else 2 * n * int(math.log2(n)) * E * 4
+formula = L * layer + (n - 1) * (V // n) * 4 + (4 * (n - 1) * E if mode.startswith("hmp") else 0) + 16 * (n - 1)
+print("%d\t%s\t%.0f\t%d\t%.0f\t%d" % (n, mode, sent, formula, (sent - (formula - L * layer)) / L, layer))
+PY
+  tail -n 1 "$bytes" >&2
+}
+shape ""
+for n in 2 4; do
+  bytes1 "$n" tp --parallel tp
+  bytes1 "$n" hmp --parallel hmp --no-overlap
+  bytes1 "$n" hmp+overlap --parallel hmp
+done
 
 for link in none 1gbit 100mbit; do
   if [ "$link" = none ]; then shape ""; else shape "$link"; fi
@@ -163,13 +195,20 @@ PY
   for r in 0 1; do rmdir "/sys/fs/cgroup/memory/mole_r$r"; done
 fi
 
-python3 - "$runs" << 'PY' | tee "$OUT/dist.txt"
-import csv, sys
+python3 - "$runs" "$bytes" "$OUT/dist-mem.txt" << 'PY' | tee "$OUT/dist.txt"
+import csv, os, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
-print("%-14s %2s %-12s %11s %11s %13s %13s" % ("link", "N", "mode", "prompt ms/t", "decode ms/t", "sent B/token", "formula B/t"))
+print("latency per token (ms; mean of the runs):")
+print("%-10s %2s %-12s %11s %11s" % ("link", "N", "mode", "prompt ms/t", "decode ms/t"))
 for r in rows:
-    print("%-14s %2s %-12s %11.2f %11.2f %13s %13s" % (r["link"], r["N"], r["mode"], 1e3 / float(r["pp_tps"]),
-          1e3 / float(r["tg_tps"]), r["tx_bytes_per_token"], r["formula_bytes_per_token"]))
+    print("%-10s %2s %-12s %11.2f %11.2f" % (r["link"], r["N"], r["mode"], 1e3 / float(r["pp_tps"]), 1e3 / float(r["tg_tps"])))
+print("\nbytes sent per decode token by all ranks' interfaces (TCP/IP headers and ACKs included) vs the payload formula:")
+print("%2s %-12s %12s %12s %6s %12s %12s" % ("N", "mode", "sent B/tok", "formula", "ratio", "sent B/layer", "formula"))
+for r in csv.DictReader(open(sys.argv[2]), delimiter="\t"):
+    print("%2s %-12s %12s %12s %6.3f %12s %12s" % (r["N"], r["mode"], r["sent_per_token"], r["formula_per_token"],
+          float(r["sent_per_token"]) / float(r["formula_per_token"]), r["sent_per_layer"], r["formula_per_layer"]))
+if os.path.exists(sys.argv[3]):
+    print("\n" + open(sys.argv[3]).read().strip())
 PY
 if command -v gnuplot > /dev/null; then
   python3 - "$runs" > "$OUT/dist-plot.dat" << 'PY'
