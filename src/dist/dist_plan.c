@@ -40,6 +40,9 @@ static quant_type main_type(const gguf_file *f) {
   return (quant_type)best;
 }
 
+// wall time each rate is measured over: ten periods of a CFS quota
+enum { PROFILE_WINDOW_US = 1000000 };
+
 static void profile_compute(mole_model *m, quant_type t, size_t mib, rank_profile *p) {
   const int64_t k = 4096, rows = (int64_t)((mib << 20) / quant_row_size(t, k)) / 16 * 16;
   const size_t rb = quant_row_size(t, k);
@@ -63,25 +66,29 @@ static void profile_compute(mole_model *m, quant_type t, size_t mib, rank_profil
   if (r16) quant_r16_pack(t, W, R, k, rows, 0, rows / 16);
   model_tensor w = {r16 ? R : W, t, k, rows, 1, rb, rb * (size_t)rows, r16 ? QL_R16 : QL_ROWS};
   const size_t xs = quant_row_size(tr->vec_dot_type, k);
-  double best = 1e30;
-  for (int rep = 0; rep < 4; rep++) {  // decode: every weight byte once per token
-    ops_mm mm = {&w, 0, X, xs, 1, Y, rows, false, 0, NULL};
-    const int64_t t0 = mole_time_us();
-    ops_mm_run(m->pool, &mm, 1);
-    best = MOLE_MIN(best, (double)(mole_time_us() - t0) / 1e6);
-  }
-  p->decode_gbs = (double)rb * (double)rows / best / 1e9;
-  best = 1e30;
+  // Sustained rates: repetitions over a window of wall time, not the best
+  // single one, so that a process under a CPU quota (cgroup cpu.cfs_quota_us:
+  // a share of each 100 ms period) is measured at the speed it keeps, not at
+  // the speed of a burst that fits in one period's quota.
+  const int64_t window_us = PROFILE_WINDOW_US;
+  ops_mm dm = {&w, 0, X, xs, 1, Y, rows, false, 0, NULL};
+  ops_mm_run(m->pool, &dm, 1);  // warm-up
+  int64_t reps = 0, t0 = mole_time_us(), dt;
+  do {  // decode: every weight byte once per token
+    ops_mm_run(m->pool, &dm, 1);
+    reps++;
+  } while ((dt = mole_time_us() - t0) < window_us || reps < 4);
+  p->decode_gbs = (double)rb * (double)rows * (double)reps / ((double)dt / 1e6) / 1e9;
   const int64_t gr = MOLE_MIN(rows, 2048);
   model_tensor wg = w;
   wg.ne1 = gr;
-  for (int rep = 0; rep < 2; rep++) {  // prefill: a batch of tokens per weight
-    ops_mm mm = {&wg, 0, X, xs, nt, Y, gr, false, 0, NULL};
-    const int64_t t0 = mole_time_us();
-    ops_mm_run(m->pool, &mm, 1);
-    best = MOLE_MIN(best, (double)(mole_time_us() - t0) / 1e6);
-  }
-  p->prefill_gflops = 2.0 * (double)gr * (double)k * (double)nt / best / 1e9;
+  ops_mm pm = {&wg, 0, X, xs, nt, Y, gr, false, 0, NULL};
+  reps = 0, t0 = mole_time_us();
+  do {  // prefill: a batch of tokens per weight
+    ops_mm_run(m->pool, &pm, 1);
+    reps++;
+  } while ((dt = mole_time_us() - t0) < window_us / 2 || reps < 2);
+  p->prefill_gflops = 2.0 * (double)gr * (double)k * (double)nt * (double)reps / ((double)dt / 1e6) / 1e9;
   mole_aligned_free(W);
   mole_aligned_free(R);
   mole_aligned_free(X);
