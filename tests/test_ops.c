@@ -1,4 +1,4 @@
-// model ops: the AVX-512 swiglu equals its scalar reference bit for bit at
+// model ops: the AVX-512 swiglu and axpy equal their scalar references bit for bit at
 // awkward sizes; the polynomial exp is accurate; rope keeps norms.
 #include <math.h>
 #include <string.h>
@@ -38,6 +38,28 @@ static void test_swiglu_simd_vs_ref(void **st) {
   }
 }
 
+static void test_axpy_simd_vs_ref(void **st) {
+  (void)st;
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512dq")) skip();
+  uint64_t rs = 11;
+  const int64_t sizes[] = {0, 1, 7, 15, 16, 17, 31, 33, 128, 1023, 1025};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    const int64_t n = sizes[k];
+    float v[1040], a[1040], b[1040];
+    for (int64_t i = 0; i < 1040; i++) {
+      v[i] = tu_rand_uniform(&rs, -5, 5);
+      a[i] = b[i] = tu_rand_uniform(&rs, -5, 5);
+    }
+    const float w = tu_rand_uniform(&rs, -2, 2);
+    ops_axpy_ref(a, v, w, n);
+    ops_axpy_avx512(b, v, w, n);
+    assert_memory_equal(a, b, sizeof a);  // past n untouched too
+    ops_axpy(b, v, w, n);
+    ops_axpy_ref(a, v, w, n);
+    assert_memory_equal(a, b, sizeof a);
+  }
+}
+
 static void test_hsum16(void **st) {
   (void)st;
   float a[16];
@@ -67,6 +89,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_expf_poly),
       cmocka_unit_test(test_swiglu_simd_vs_ref),
+      cmocka_unit_test(test_axpy_simd_vs_ref),
       cmocka_unit_test(test_hsum16),
       cmocka_unit_test(test_rope_norm),
   };

@@ -232,10 +232,6 @@ static void attn_worker(void *ctx, int ith, int nth) {
   }
 }
 
-static void axpy(float *restrict o, const float *restrict v, float w, int64_t n) {
-  for (int64_t c = 0; c < n; c++) o[c] += w * v[c];
-}
-
 // f16 cache: one work item is (KV head g, block of up to att_tb tokens of one
 // sequence: s->att_blk). The scores
 // of all the block's query rows (tokens x heads of the group) against the
@@ -285,7 +281,7 @@ static void attn_worker_f16(void *ctx, int ith, int nth) {
       for (int64_t r = 0; r < rows; r++) {
         const int64_t t = t0 + r / group;
         if (i > s->tok_pos[t]) continue;  // causal
-        axpy(s->att + t * ldo + (g * group + r % group) * hdv, vr, S[r * s->n_ctx + i], hdv);
+        ops_axpy(s->att + t * ldo + (g * group + r % group) * hdv, vr, S[r * s->n_ctx + i], hdv);
       }
     }
   }
@@ -676,7 +672,7 @@ static mole_status moe_ffn(mole_model *m, model_scratch *s, int64_t il, int64_t 
       if (slot < 0) continue;
       const float w = s->selw[t * K + k];
       const float *eo = s->ff_o + slot * E;
-      for (int64_t i = 0; i < E; i++) y[i] += eo[i] * w;
+      ops_axpy(y, eo, w, E);
     }
   }
   return MOLE_OK;

@@ -68,7 +68,7 @@ void ops_swiglu_ref(float *y, const float *g, const float *u, int64_t n) {
   for (int64_t i = nb; i < n; i++) y[i] = (g[i] / (1.0f + expf(-g[i]))) * u[i];
 }
 
-static int g_ops_avx512 = -1;
+static _Atomic int g_ops_avx512 = -1;  // set by the first caller (pool workers race to it with the same value)
 
 void ops_swiglu(float *y, const float *g, const float *u, int64_t n) {
   if (g_ops_avx512 < 0)
@@ -79,6 +79,23 @@ void ops_swiglu(float *y, const float *g, const float *u, int64_t n) {
   }
   // without AVX-512 the exact order is not reproduced anyway: the fast form
   for (int64_t i = 0; i < n; i++) y[i] = (g[i] / (1.0f + expf(-g[i]))) * u[i];
+}
+
+void ops_axpy_ref(float *restrict o, const float *restrict v, float w, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    const float p = w * v[i];
+    o[i] += p;
+  }
+}
+
+void ops_axpy(float *restrict o, const float *restrict v, float w, int64_t n) {
+  if (g_ops_avx512 < 0)
+    g_ops_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  if (g_ops_avx512) {
+    ops_axpy_avx512(o, v, w, n);
+    return;
+  }
+  ops_axpy_ref(o, v, w, n);
 }
 
 float ops_hsum16(const float *a) {

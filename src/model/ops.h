@@ -14,6 +14,11 @@ void ops_rope(float *x, int64_t n_heads, int64_t head_dim, int64_t pos, const mo
 void ops_swiglu(float *y, const float *g, const float *u, int64_t n);
 void ops_swiglu_ref(float *y, const float *g, const float *u, int64_t n);
 void ops_swiglu_avx512(float *y, const float *g, const float *u, int64_t n);
+// o[i] += w * v[i], a rounded product then a rounded sum (no fused
+// multiply-add): the SIMD twin gives the scalar reference's bits.
+void ops_axpy(float *restrict o, const float *restrict v, float w, int64_t n);
+void ops_axpy_ref(float *restrict o, const float *restrict v, float w, int64_t n);
+void ops_axpy_avx512(float *restrict o, const float *restrict v, float w, int64_t n);
 float ops_expf_poly_ref(float x);
 // The k largest of p[0..n) in descending order (ties: the lower index):
 // their indices into sel[k] and values into w[k]. k is small (selection).

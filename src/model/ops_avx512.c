@@ -33,3 +33,15 @@ void ops_swiglu_avx512(float *y, const float *g, const float *u, int64_t n) {
   }
   for (; i < n; i++) y[i] = (g[i] / (1.0f + expf(-g[i]))) * u[i];
 }
+
+void ops_axpy_avx512(float *restrict o, const float *restrict v, float w, int64_t n) {
+  const __m512 wv = _mm512_set1_ps(w);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(o + i, _mm512_add_ps(_mm512_loadu_ps(o + i), _mm512_mul_ps(wv, _mm512_loadu_ps(v + i))));
+  if (i < n) {
+    const __mmask16 k = (__mmask16)((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(o + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, o + i),
+                                                  _mm512_mul_ps(wv, _mm512_maskz_loadu_ps(k, v + i))));
+  }
+}
