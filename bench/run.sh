@@ -6,7 +6,7 @@
 # Models: Mixtral-shaped (n_embd 1024, 8 experts top-2, expert FFN 3584,
 # vocab 32000) with enough layers that the smallest (Q4_0) is at least 4x
 # the last-level cache, so decode runs from DRAM: synth's Q4_0 and Q8_0, and
-# (with llama.cpp) Q4_0, Q8_0 and Q4_K_M files made by llama-quantize from
+# (with llama.cpp) Q4_0, Q8_0, Q4_K_M and Q5_K_M files made by llama-quantize from
 # synth's F16. The machine's bandwidth drifts (other tenants of the host),
 # so every figure is measured in rounds that interleave membw, mole and
 # llama.cpp; the table gives medians over the rounds and the ratios of
@@ -53,7 +53,7 @@ synth q4_0 "$MODELS/synth-q4_0.gguf"
 synth q8_0 "$MODELS/synth-q8_0.gguf"
 if [ -n "$LLAMA_BIN" ] && [ -x "$LLAMA_BIN/llama-quantize" ]; then
   synth f16 "$MODELS/synth-f16.gguf"
-  for q in Q4_0 Q8_0 Q4_K_M; do
+  for q in Q4_0 Q8_0 Q4_K_M Q5_K_M; do
     f="$MODELS/llama-quantize-$q.gguf"
     if [ ! -f "$f" ]; then
       "$LLAMA_BIN/llama-quantize" "$MODELS/synth-f16.gguf" "$f.tmp" "$q" "$THREADS" > bench/out/quantize-$q.log 2>&1

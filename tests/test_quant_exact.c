@@ -308,7 +308,7 @@ static void test_gemm_split(void **st) {
 // ---- the R16 layout ------------------------------------------------------------------------------
 
 static const order_type k_r16[] = {{QX_Q4_0_C1, QT_Q4_0},   {QX_Q8_0, QT_Q8_0},     {QX_Q4_K_V256, QT_Q4_K},
-                                   {QX_Q4_K_V64, QT_Q4_K}, {QX_Q6_K_K8, QT_Q6_K}};
+                                   {QX_Q4_K_V64, QT_Q4_K}, {QX_Q6_K_K8, QT_Q6_K}, {QX_Q5_K_K8, QT_Q5_K}};
 
 // A random matrix of `rows` rows in row layout and its R16 copy.
 static void gen_r16(uint64_t *s, quant_type t, int64_t k, int64_t rows, char **W, char **R) {
@@ -325,12 +325,12 @@ static void gen_r16(uint64_t *s, quant_type t, int64_t k, int64_t rows, char **W
 static void test_r16_layout(void **st) {
   (void)st;
   uint64_t s = 41;
-  const quant_type types[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q6_K};
+  const quant_type types[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q6_K, QT_Q5_K};
   const int64_t rows_list[] = {16, 24, 40, 64};
-  for (size_t ti = 0; ti < 4; ti++)
+  for (size_t ti = 0; ti < 5; ti++)
     for (size_t ri = 0; ri < 4; ri++) {
       const quant_type t = types[ti];
-      const int64_t k = t == QT_Q4_K || t == QT_Q6_K ? 512 : 96, rows = rows_list[ri];
+      const int64_t k = t == QT_Q4_K || t == QT_Q5_K || t == QT_Q6_K ? 512 : 96, rows = rows_list[ri];
       assert_true(quant_r16_supported(t, rows));
       const size_t rb = quant_row_size(t, k);
       char *W, *R;
@@ -358,7 +358,9 @@ static void test_r16_layout(void **st) {
   assert_false(quant_r16_supported(QT_Q4_K, 36));
   assert_false(quant_r16_supported(QT_Q4_0, 8));
   assert_true(quant_r16_supported(QT_Q6_K, 17));
-  assert_false(quant_r16_supported(QT_Q5_K, 64));
+  assert_true(quant_r16_supported(QT_Q5_K, 17));
+  assert_false(quant_r16_supported(QT_Q5_K, 15));
+  assert_false(quant_r16_supported(QT_Q5_0, 64));
   assert_false(quant_r16_supported(QT_F32, 64));
 }
 

@@ -574,20 +574,10 @@ typedef struct {
   __m512i s_lo, s_hi, m_lo, m_hi;  // bytes s (s < 4) / s - 4 of the scales and mins
 } q4k_scales;
 
-static inline __attribute__((always_inline)) q4k_scales q4k_block_scales(const panel16 *pn, int64_t b) {
-  __m512i u[3];
+// the 6-bit scales and mins of 16 rows from the three dwords of their 12 bytes
+static inline __attribute__((always_inline)) q4k_scales k4_scales_unpack(const __m512i u[3]) {
   q4k_scales s;
-  if (pn->r16) {
-    const uint8_t *gb = pn->g + (size_t)b * 16 * sizeof(blk_q4_K);
-    s.dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb));
-    s.dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gb + 32)));
-    for (int i = 0; i < 3; i++) u[i] = _mm512_loadu_si512(gb + 64 + 64 * i);
-  } else {
-    const uint8_t *b0 = pn->p[0] + (size_t)b * sizeof(blk_q4_K);
-    s.dw = gather_f16(b0 + offsetof(blk_q4_K, d), pn->offs);
-    s.dmw = gather_f16(b0 + offsetof(blk_q4_K, dmin), pn->offs);
-    for (int i = 0; i < 3; i++) u[i] = gather_u32(b0 + offsetof(blk_q4_K, scales) + 4 * i, pn->offs);
-  }
+  s.dw = s.dmw = _mm512_setzero_ps();
   const __m512i m6 = _mm512_set1_epi8(0x3f), m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x03);
   s.s_lo = _mm512_and_si512(u[0], m6);
   s.m_lo = _mm512_and_si512(u[1], m6);
@@ -597,6 +587,32 @@ static inline __attribute__((always_inline)) q4k_scales q4k_block_scales(const p
                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u[1], 6), m2), 4));
   return s;
 }
+
+// from a q4_K / q5_K R16 group block (the same first 256 bytes)
+static inline __attribute__((always_inline)) q4k_scales k4_scales_r16(const uint8_t *gb) {
+  __m512i u[3];
+  for (int i = 0; i < 3; i++) u[i] = _mm512_loadu_si512(gb + 64 + 64 * i);
+  q4k_scales s = k4_scales_unpack(u);
+  s.dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb));
+  s.dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gb + 32)));
+  return s;
+}
+
+static inline __attribute__((always_inline)) q4k_scales q4k_block_scales(const panel16 *pn, int64_t b) {
+  __m512i u[3];
+  q4k_scales s;
+  if (pn->r16) return k4_scales_r16(pn->g + (size_t)b * 16 * sizeof(blk_q4_K));
+  {
+    const uint8_t *b0 = pn->p[0] + (size_t)b * sizeof(blk_q4_K);
+    s.dw = gather_f16(b0 + offsetof(blk_q4_K, d), pn->offs);
+    s.dmw = gather_f16(b0 + offsetof(blk_q4_K, dmin), pn->offs);
+    for (int i = 0; i < 3; i++) u[i] = gather_u32(b0 + offsetof(blk_q4_K, scales) + 4 * i, pn->offs);
+  }
+  const q4k_scales t = k4_scales_unpack(u);
+  s.s_lo = t.s_lo, s.s_hi = t.s_hi, s.m_lo = t.m_lo, s.m_hi = t.m_hi;
+  return s;
+}
+
 
 static inline __m512i byte_of(__m512i w, int i) {
   return _mm512_and_si512(_mm512_srli_epi32(w, 8 * i), _mm512_set1_epi32(0xff));
@@ -1030,6 +1046,66 @@ static void tile_q6k_r16(const void *W, size_t rb, const void *X, size_t xstride
   }
 }
 
+// q5_K (vec_dot_q5_K_q8_K order) from R16 groups, a row per lane, tokens one
+// at a time (the group block stays in cache for the next). Per super-block:
+// lane l (0..7) = sum over the 8 sub-blocks s of sc[s] * dot(codes 4l..4l+3
+// of s, the token's bytes there), each code its low nibble (qs) and fifth
+// bit (qh, bit s) put together; acc[l] += d * lane; the mins' sum
+// sum_s mn[s] * bsum(s) goes into summs with dmin. Integer sums are exact in
+// any order; the float steps are the reference's.
+static void tile_q5k_r16(const void *W, size_t rb, const void *X, size_t xstride, float *Y, int64_t ldy, int64_t i0,
+                         int64_t i1, int64_t j0, int64_t j1, int64_t k) {
+  const int64_t nb = k / QK_K;
+  const size_t gbs = 16 * sizeof(blk_q5_K);
+  const __m512i m4 = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
+  for (int64_t r0 = i0; r0 < i1; r0 += 16) {
+    const int nr = (int)MOLE_MIN(16, i1 - r0);
+    const uint8_t *grp = (const uint8_t *)W + (size_t)r0 * rb;
+    for (int64_t jt = j0; jt < j1; jt++) {
+      const blk_q8_K *xb = (const blk_q8_K *)((const char *)X + (size_t)jt * xstride);
+      __m512 acc[8], summs = _mm512_setzero_ps();
+      for (int l = 0; l < 8; l++) acc[l] = _mm512_setzero_ps();
+      for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *gb = grp + (size_t)b * gbs;
+        const blk_q8_K *x = xb + b;
+        if (jt == j0) prefetch_gb(gb, gbs);
+        const q4k_scales S = k4_scales_r16(gb);
+        __m512i sc[8], mins = _mm512_setzero_si512();
+        QX_UNROLL for (int s = 0; s < 8; s++) {
+          sc[s] = byte_of(s < 4 ? S.s_lo : S.s_hi, s % 4);
+          const int16_t bs = (int16_t)(x->bsums[2 * s] + x->bsums[2 * s + 1]);
+          mins = _mm512_add_epi32(mins, _mm512_madd_epi16(byte_of(s < 4 ? S.m_lo : S.m_hi, s % 4), _mm512_set1_epi16(bs)));
+        }
+        const __m512 d = _mm512_mul_ps(_mm512_set1_ps(x->d), S.dw);
+        const __m512 dmin = _mm512_mul_ps(_mm512_set1_ps(-x->d), S.dmw);
+        summs = _mm512_fmadd_ps(dmin, _mm512_cvtepi32_ps(mins), summs);
+        const int32_t *xq = (const int32_t *)x->qs;
+        QX_UNROLL for (int l = 0; l < 8; l++) {
+          const __m512i H = _mm512_loadu_si512(gb + 2304 + 64 * l);
+          __m512i lane = _mm512_setzero_si512();
+          QX_UNROLL for (int j = 0; j < 4; j++) {
+            const __m512i Q = _mm512_loadu_si512(gb + 256 + 512 * j + 64 * l);
+            QX_UNROLL for (int h = 0; h < 2; h++) {
+              const int s = 2 * j + h;
+              const __m512i lo = _mm512_and_si512(h ? _mm512_srli_epi32(Q, 4) : Q, m4);
+              const __m512i hi = _mm512_and_si512(s <= 4 ? _mm512_slli_epi32(H, 4 - s) : _mm512_srli_epi32(H, s - 4), b4);
+              int32_t xd;
+              memcpy(&xd, xq + 8 * s + l, 4);
+              const __m512i is = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_or_si512(lo, hi), _mm512_set1_epi32(xd));
+              lane = _mm512_add_epi32(lane, _mm512_madd_epi16(is, sc[s]));
+            }
+          }
+          acc[l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lane), acc[l]);
+        }
+      }
+      // hsum_float_8 per row, lane-wise, then the mins
+      const __m512 s0 = _mm512_add_ps(_mm512_add_ps(acc[0], acc[4]), _mm512_add_ps(acc[2], acc[6]));
+      const __m512 s1 = _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7]));
+      _mm512_mask_storeu_ps(Y + jt * ldy + r0, tail16(nr), _mm512_add_ps(_mm512_add_ps(s0, s1), summs));
+    }
+  }
+}
+
 // tinyBLAS orders: 4 rows x 4 tokens of 16-lane accumulators
 static void tile_tiny(qx_order o, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
                       int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k) {
@@ -1118,6 +1194,7 @@ void quant_exact_tile_r16_avx512(qx_order o, quant_type t, const void *W, int64_
     case QX_Q4_K_V64: tile_q4k_repack(true, true, W, rb, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
     case QX_Q8_0: tile_l8(true, false, W, rb, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
     case QX_Q6_K_K8: tile_q6k_r16(W, rb, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
+    case QX_Q5_K_K8: tile_q5k_r16(W, rb, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
     default: MOLE_ASSERT(!"quant_exact_tile_r16_avx512: no R16 kernel for this order");
   }
 }
