@@ -1081,10 +1081,11 @@ static void tile_q5k_r16(const void *W, size_t rb, const void *X, size_t xstride
         summs = _mm512_fmadd_ps(dmin, _mm512_cvtepi32_ps(mins), summs);
         const int32_t *xq = (const int32_t *)x->qs;
         QX_UNROLL for (int l = 0; l < 8; l++) {
-          const __m512i H = _mm512_loadu_si512(gb + 2304 + 64 * l);
+          const uint8_t *gl = gb + 256 + 320 * l;  // qh, then the 4 qs registers of lane l
+          const __m512i H = _mm512_loadu_si512(gl);
           __m512i lane = _mm512_setzero_si512();
           QX_UNROLL for (int j = 0; j < 4; j++) {
-            const __m512i Q = _mm512_loadu_si512(gb + 256 + 512 * j + 64 * l);
+            const __m512i Q = _mm512_loadu_si512(gl + 64 + 64 * j);
             QX_UNROLL for (int h = 0; h < 2; h++) {
               const int s = 2 * j + h;
               const __m512i lo = _mm512_and_si512(h ? _mm512_srli_epi32(Q, 4) : Q, m4);

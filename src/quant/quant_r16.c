@@ -10,8 +10,9 @@
 //   q8_0 (544 B):  d[16] f16 at 2L | the 32 codes of row L, each + 128 (unsigned), at 32 + 32L
 //   q4_K (2304 B): d[16] at 2L | dmin[16] at 32 + 2L | scales bytes 4u..4u+3 at 64 + 64u + 4L (u 0..2)
 //                  | qs bytes 32q+4t..32q+4t+3 at 256 + 512q + 64t + 4L (q 0..3, t 0..7)
-//   q5_K (2816 B): as q4_K (d, dmin, scales, qs at the same offsets) | qh bytes 4l..4l+3 at 2304 + 64l + 4L
-//                  (l 0..7): lane L's dword holds the fifth bits of elements 4l..4l+3 of all 8 sub-blocks
+//   q5_K (2816 B): d, dmin, scales as q4_K | then for l 0..7, in the order the kernel reads them, at
+//                  256 + 320l: qh bytes 4l..4l+3 at + 4L (the fifth bits of elements 4l..4l+3 of all 8
+//                  sub-blocks), qs bytes 32j+4l..32j+4l+3 at + 64 + 64j + 4L (j 0..3)
 //   q6_K (3360 B): d[16] at 2L | scales bytes 4u..4u+3 at 32 + 64u + 4L (u 0..3) | the 6-bit codes
 //                  unpacked to bytes, 4 at a time: for g = 8(l/4) + 4j + l%4 (j 0..1, l 0..7: the
 //                  order the kernel reads them) three registers
@@ -56,8 +57,9 @@ static size_t r16_pos(quant_type t, int L, size_t o, bool *flip) {
       return 256 + 512 * (o / 32) + 64 * ((o % 32) / 4) + 4 * (size_t)L + o % 4;
     case QT_Q5_K:  // d, dmin, scales as q4_K; qh[32] then qs[128] in the block
       if (o < 16) return r16_pos(QT_Q4_K, L, o, flip);
-      if (o < 48) return 2304 + 64 * ((o - 16) / 4) + 4 * (size_t)L + (o - 16) % 4;
-      return r16_pos(QT_Q4_K, L, o - 32, flip);
+      if (o < 48) return 256 + 320 * ((o - 16) / 4) + 4 * (size_t)L + (o - 16) % 4;
+      o -= 48;
+      return 256 + 320 * ((o % 32) / 4) + 64 + 64 * (o / 32) + 4 * (size_t)L + o % 4;
     default: MOLE_ASSERT(!"r16_pos: type without an R16 layout");
   }
 }
@@ -136,9 +138,10 @@ static void pack_gb(quant_type t, const uint8_t *const blk[16], uint8_t *gb) {
       case QT_Q5_K:
         memcpy(gb + 32 + 2 * L, b + 2, 2);
         for (int u = 0; u < 3; u++) memcpy(gb + 64 + 64 * u + 4 * L, b + 4 + 4 * u, 4);
-        for (int l = 0; l < 8; l++) memcpy(gb + 2304 + 64 * l + 4 * L, b + 16 + 4 * l, 4);
-        for (int q = 0; q < 4; q++)
-          for (int w = 0; w < 8; w++) memcpy(gb + 256 + 512 * q + 64 * w + 4 * L, b + 48 + 32 * q + 4 * w, 4);
+        for (int l = 0; l < 8; l++) {
+          memcpy(gb + 256 + 320 * l + 4 * L, b + 16 + 4 * l, 4);
+          for (int j = 0; j < 4; j++) memcpy(gb + 256 + 320 * l + 64 + 64 * j + 4 * L, b + 48 + 32 * j + 4 * l, 4);
+        }
         break;
       case QT_Q6_K: q6k_to_r16((const blk_q6_K *)b, L, gb); break;
       default: MOLE_ASSERT(!"pack_gb: type without an R16 layout");
