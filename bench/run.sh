@@ -9,8 +9,10 @@
 # (with llama.cpp) Q4_0, Q8_0, Q4_K_M and Q5_K_M files made by llama-quantize from
 # synth's F16. The machine's bandwidth drifts (other tenants of the host),
 # so every figure is measured in rounds that interleave membw, mole and
-# llama.cpp; the table gives medians over the rounds and the ratios of
-# those medians, every run is in bench/out/decode-runs.tsv.
+# llama.cpp; the table gives medians over the rounds, the ratios as the
+# median of each round's mole / llama.cpp pair and the % of the floor as the
+# median of each run against the bandwidth measured just before it; every
+# run is in bench/out/decode-runs.tsv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MOLE=${MOLE:-build/mole}
@@ -102,8 +104,14 @@ for n in dict.fromkeys(r["model"] for r in rows):
     med = lambda k: st.median(float(r[k]) for r in R)
     bw, ab = med("membw_gbs"), float(R[0]["active_bytes"])
     floor = bw * 1e9 / ab
-    ratio = lambda a, b: "%.2fx" % (a / b) if b > 0 else "-"
+    # the ratio: the median over rounds of mole / llama.cpp measured back to back in that round
+    # (the bandwidth drifts between rounds; a pair shares the drift)
+    def ratio(a, b):
+        if any(float(r[b]) <= 0 for r in R): return "-"
+        return "%.2fx" % st.median(float(r[a]) / float(r[b]) for r in R)
+    # % of floor: each run against the bandwidth measured just before it
+    pf = st.median(float(r["mole_tg"]) * ab / (float(r["membw_gbs"]) * 1e9) for r in R)
     print("%-22s %8.1f %8.1f %7s | %8.1f %8.1f %7s | %7.1f %8.1f %5.0f%%" % (
-        n, med("mole_pp"), med("llama_pp"), ratio(med("mole_pp"), med("llama_pp")), med("mole_tg"), med("llama_tg"),
-        ratio(med("mole_tg"), med("llama_tg")), bw, floor, 100 * med("mole_tg") / floor))
+        n, med("mole_pp"), med("llama_pp"), ratio("mole_pp", "llama_pp"), med("mole_tg"), med("llama_tg"),
+        ratio("mole_tg", "llama_tg"), bw, floor, 100 * pf))
 PY
