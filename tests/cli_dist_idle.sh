@@ -45,7 +45,7 @@ for _ in $(seq 300); do
 done
 grep -q "listening on" "$T/srv.log" || { cat "$T/srv.log" >&2; fail "the server under mpirun did not come up"; }
 sleep 1  # past start-up
-pids=$(pgrep -f "^$MOLE serve -m $M" | tr '\n' ' ')
+pids=$(pgrep -P "$SRV" | tr '\n' ' ')  # the ranks: mpirun's children
 [ "$(echo $pids | wc -w)" -eq 2 ] || fail "expected 2 ranks, found: $pids"
 declare -A c0
 for p in $pids; do c0[$p]=$(cpu_s "$p"); done
