@@ -7,6 +7,7 @@
 #include "experts/experts.h"
 #include "kv/kv.h"
 #include "model/ops.h"
+#include "quant/quant_exact.h"
 
 struct model_scratch {
   int64_t n_batch, n_ctx, n_assign_max, ff_max;
@@ -696,14 +697,16 @@ static mole_status ffn_block(mole_model *m, model_scratch *s, int64_t il, int64_
     mole_status st = moe_ffn(m, s, il, n);
     if (st) return st;
     if (ly->gate_inp_shexp) {
-      // shared expert, scaled by sigmoid(w . x)
+      // shared expert, scaled by sigmoid(w . x), as llama.cpp's qwen2moe graph
+      // computes it: w . x a mul_mat of a one-row f32 matrix (ggml_vec_dot_f32's
+      // order whatever the batch), the sigmoid as silu(g) / g
       float *sh = s->sh;
       dense_ffn(m, s, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, n, m->loc.n_ff_shexp, sh);
       for (int64_t t = 0; t < n; t++) {
         const float *xn = s->xn + t * E;
-        float g = 0;
-        for (int64_t i = 0; i < E; i++) g += ly->gate_inp_shexp[i] * xn[i];
-        g = 1.0f / (1.0f + expf(-g));
+        float g;
+        quant_exact_dot_ref(QX_F32_VEC, E, &g, ly->gate_inp_shexp, xn);
+        g = g != 0.0f ? (g / (1.0f + expf(-g))) / g : 0.5f;  // (0/0 would be NaN there)
         float *y = s->y + t * E;
         for (int64_t i = 0; i < E; i++) y[i] += sh[t * E + i] * g;
       }

@@ -33,16 +33,12 @@ void ops_rope(float *x, int64_t n_heads, int64_t head_dim, int64_t pos, const mo
       const float c = cs[2 * i], s = cs[2 * i + 1];
       const int64_t a = hp->rope_neox ? i : 2 * i;
       const int64_t b = hp->rope_neox ? i + n_rot / 2 : 2 * i + 1;
+      // ggml's rotation of a pair (the same for both modes, only the pair's
+      // second index differs) as its x86 build computes it (contracted)
       const float x0 = v[a], x1 = v[b];
-      if (!hp->rope_neox) {
-        // ggml's normal-mode rotation as its x86 build computes it (contracted)
-        const float p1 = x1 * s, p0 = x1 * c;
-        v[a] = fmaf(x0, c, -p1);
-        v[b] = fmaf(x0, s, p0);
-      } else {
-        v[a] = x0 * c - x1 * s;
-        v[b] = x0 * s + x1 * c;
-      }
+      const float p1 = x1 * s, p0 = x1 * c;
+      v[a] = fmaf(x0, c, -p1);
+      v[b] = fmaf(x0, s, p0);
     }
   }
 }
