@@ -14,7 +14,7 @@ static const char *k_help =
     "  --embd N          embedding width (default: 1024)\n"
     "  --layers N        layers (default: 8)\n"
     "  --heads N         attention heads (default: embd/128)\n"
-    "  --heads-kv N      KV heads (default: heads/4)\n"
+    "  --heads-kv N      KV heads (default: heads/4; olmoe: heads)\n"
     "  --experts N       experts per layer (default: 8; llama is dense)\n"
     "  --used N          experts used per token (default: 2)\n"
     "  --ff N            expert (or dense) FFN width (default: 3584)\n"

@@ -220,7 +220,8 @@ mole_status synth_write(const synth_params *p, const char *path, uint64_t *bytes
     return mole_errorf(MOLE_ERR_ARG, "synth: --type %s cannot be written", quant_type_name(p->type));
   const int64_t E = p->n_embd, L = p->n_layer, F = p->n_ff;
   const int64_t H = p->n_head ? p->n_head : MOLE_MAX(E / 128, 1);
-  const int64_t HKV = p->n_head_kv ? p->n_head_kv : MOLE_MAX(H / 4, 1);
+  // OLMoE has no GQA (llama.cpp checks its k norm against the whole width)
+  const int64_t HKV = p->n_head_kv ? p->n_head_kv : olmoe ? H : MOLE_MAX(H / 4, 1);
   const int64_t X = dense ? 0 : p->n_expert, S = p->n_ff_shexp ? p->n_ff_shexp : F;
   if (E <= 0 || L <= 0 || F <= 0 || H <= 0 || E % H || H % HKV || (E / H) % 2)
     return mole_errorf(MOLE_ERR_ARG, "synth: bad shape: embd %lld, heads %lld, kv heads %lld, ff %lld (embd must "
