@@ -73,8 +73,7 @@ void ops_swiglu(float *y, const float *g, const float *u, int64_t n) {
     ops_swiglu_avx512(y, g, u, n);
     return;
   }
-  // without AVX-512 the exact order is not reproduced anyway: the fast form
-  for (int64_t i = 0; i < n; i++) y[i] = (g[i] / (1.0f + expf(-g[i]))) * u[i];
+  ops_swiglu_ref(y, g, u, n);  // the same bits, without AVX-512
 }
 
 void ops_axpy_ref(float *restrict o, const float *restrict v, float w, int64_t n) {

@@ -246,7 +246,10 @@ void quant_gemm_op(quant_type wt, quant_layout lay, const void *W, size_t wstrid
     gemm_r16_rows(wt, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k, op);
     return;
   }
-  if (g_level >= 2 && quant_exact_gemm(wt, op, lay, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k)) return;
+  // llama.cpp's order: with the AVX-512 kernels, and with the scalar ones
+  // (the reference level: slow, and the same bits); AVX2 runs its own order
+  if ((g_level >= 2 || g_level == 0) && quant_exact_gemm(wt, op, lay, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k))
+    return;
   if (g_gemm && g_gemm(wt, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k)) return;
   // vec_dot loops over 16-row panels: the panel stays in cache across tokens
   const char *w = W, *x = X;
