@@ -129,9 +129,10 @@ static void apply_level(int level) {
     if (ks.to_float[t]) g_active[t].to_float = ks.to_float[t];
     if (ks.from_float[t]) g_active[t].from_float = ks.from_float[t];
     if (ks.vec_dot[t] && g_ref[t].vec_dot) g_active[t].vec_dot = ks.vec_dot[t];
-    // AVX-512: llama.cpp's own summation order (its one-token kernels)
-    if (level >= 2 && g_ref[t].vec_dot && quant_exact_vec_dot((quant_type)t, true))
-      g_active[t].vec_dot = quant_exact_vec_dot((quant_type)t, true);
+    // AVX-512: llama.cpp's own summation order (its one-token kernels); the
+    // scalar level too, through their reference twins (the same bits, slowly)
+    if (level != 1 && g_ref[t].vec_dot && quant_exact_vec_dot((quant_type)t, level >= 2))
+      g_active[t].vec_dot = quant_exact_vec_dot((quant_type)t, level >= 2);
   }
   g_gemm = ks.gemm;
   g_level = level;
