@@ -66,10 +66,13 @@ void ops_swiglu_ref(float *y, const float *g, const float *u, int64_t n) {
 
 static _Atomic int g_ops_avx512 = -1;  // set by the first caller (pool workers race to it with the same value)
 
+static bool have_avx512(void) {
+  if (g_ops_avx512 < 0) g_ops_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  return g_ops_avx512;
+}
+
 void ops_swiglu(float *y, const float *g, const float *u, int64_t n) {
-  if (g_ops_avx512 < 0)
-    g_ops_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-  if (g_ops_avx512) {
+  if (have_avx512()) {
     ops_swiglu_avx512(y, g, u, n);
     return;
   }
@@ -84,9 +87,7 @@ void ops_axpy_ref(float *restrict o, const float *restrict v, float w, int64_t n
 }
 
 void ops_axpy(float *restrict o, const float *restrict v, float w, int64_t n) {
-  if (g_ops_avx512 < 0)
-    g_ops_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-  if (g_ops_avx512) {
+  if (have_avx512()) {
     ops_axpy_avx512(o, v, w, n);
     return;
   }

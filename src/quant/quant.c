@@ -118,6 +118,11 @@ static int detect_level(void) {
   return avx512 ? 2 : 1;
 }
 
+// Levels whose kernels follow llama.cpp's summation orders: AVX-512, and the
+// scalar reference twins of those kernels (the same bits, slowly); AVX2 runs
+// orders of its own.
+static bool exact_level(int level) { return level != 1; }
+
 static void apply_level(int level) {
   quant_kernels ks;
   memset(&ks, 0, sizeof ks);
@@ -129,9 +134,8 @@ static void apply_level(int level) {
     if (ks.to_float[t]) g_active[t].to_float = ks.to_float[t];
     if (ks.from_float[t]) g_active[t].from_float = ks.from_float[t];
     if (ks.vec_dot[t] && g_ref[t].vec_dot) g_active[t].vec_dot = ks.vec_dot[t];
-    // AVX-512: llama.cpp's own summation order (its one-token kernels); the
-    // scalar level too, through their reference twins (the same bits, slowly)
-    if (level != 1 && g_ref[t].vec_dot && quant_exact_vec_dot((quant_type)t, level >= 2))
+    // llama.cpp's own summation order (its one-token kernels)
+    if (exact_level(level) && g_ref[t].vec_dot && quant_exact_vec_dot((quant_type)t, level >= 2))
       g_active[t].vec_dot = quant_exact_vec_dot((quant_type)t, level >= 2);
   }
   g_gemm = ks.gemm;
@@ -247,10 +251,7 @@ void quant_gemm_op(quant_type wt, quant_layout lay, const void *W, size_t wstrid
     gemm_r16_rows(wt, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k, op);
     return;
   }
-  // llama.cpp's order: with the AVX-512 kernels, and with the scalar ones
-  // (the reference level: slow, and the same bits); AVX2 runs its own order
-  if ((g_level >= 2 || g_level == 0) && quant_exact_gemm(wt, op, lay, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k))
-    return;
+  if (exact_level(g_level) && quant_exact_gemm(wt, op, lay, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k)) return;
   if (g_gemm && g_gemm(wt, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k)) return;
   // vec_dot loops over 16-row panels: the panel stays in cache across tokens
   const char *w = W, *x = X;

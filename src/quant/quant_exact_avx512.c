@@ -599,20 +599,15 @@ static inline __attribute__((always_inline)) q4k_scales k4_scales_r16(const uint
 }
 
 static inline __attribute__((always_inline)) q4k_scales q4k_block_scales(const panel16 *pn, int64_t b) {
-  __m512i u[3];
-  q4k_scales s;
   if (pn->r16) return k4_scales_r16(pn->g + (size_t)b * 16 * sizeof(blk_q4_K));
-  {
-    const uint8_t *b0 = pn->p[0] + (size_t)b * sizeof(blk_q4_K);
-    s.dw = gather_f16(b0 + offsetof(blk_q4_K, d), pn->offs);
-    s.dmw = gather_f16(b0 + offsetof(blk_q4_K, dmin), pn->offs);
-    for (int i = 0; i < 3; i++) u[i] = gather_u32(b0 + offsetof(blk_q4_K, scales) + 4 * i, pn->offs);
-  }
-  const q4k_scales t = k4_scales_unpack(u);
-  s.s_lo = t.s_lo, s.s_hi = t.s_hi, s.m_lo = t.m_lo, s.m_hi = t.m_hi;
+  const uint8_t *b0 = pn->p[0] + (size_t)b * sizeof(blk_q4_K);
+  __m512i u[3];
+  for (int i = 0; i < 3; i++) u[i] = gather_u32(b0 + offsetof(blk_q4_K, scales) + 4 * i, pn->offs);
+  q4k_scales s = k4_scales_unpack(u);
+  s.dw = gather_f16(b0 + offsetof(blk_q4_K, d), pn->offs);
+  s.dmw = gather_f16(b0 + offsetof(blk_q4_K, dmin), pn->offs);
   return s;
 }
-
 
 static inline __m512i byte_of(__m512i w, int i) {
   return _mm512_and_si512(_mm512_srli_epi32(w, 8 * i), _mm512_set1_epi32(0xff));
