@@ -1,6 +1,7 @@
 // Expert cache policies on hand-made access sequences, pins, the budget split,
 // --expert-budget parsing and the memory probe (MemAvailable, cgroup v1/v2
-// limits) over fake files.
+// limits) over fake files; Belady's offline optimum in the simulator against
+// hand counts, exhaustive search and the other policies.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 
 #include "experts/budget.h"
 #include "experts/cache.h"
+#include "experts/trace.h"
 #include "testutil.h"
 
 static experts_cache make(int64_t n_layer, int64_t n_expert, int64_t n_high, experts_policy pol) {
@@ -435,13 +437,231 @@ static void test_mem_probe(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+// ---- belady (mole cachesim) ------------------------------------------------------------
+static char g_trace_path[256];
+
+// A trace of one-token steps, one L record each: rec[i] lists its requests
+// as expert*2 + (1 if low), layer lay[i] (NULL: 0), n[i] of them.
+static void write_trace(int64_t n_layer, int64_t n_expert, int64_t n_used, int64_t slot_low, int n_rec, const int *lay,
+                        const int *const *rec, const int *n, bool with_pred) {
+  snprintf(g_trace_path, sizeof g_trace_path, "/tmp/mole-test-belady-%d.trace", (int)getpid());
+  FILE *f = fopen(g_trace_path, "w");
+  assert_non_null(f);
+  fprintf(f, "mole-trace 1 layers %lld experts %lld used %lld slot_high 100 slot_low %lld low %d\n", (long long)n_layer,
+          (long long)n_expert, (long long)n_used, (long long)slot_low, slot_low > 0);
+  for (int i = 0; i < n_rec; i++) {
+    const int l = lay ? lay[i] : 0;
+    fprintf(f, "s %d 1\n", i);
+    if (with_pred && i + 1 < n_rec && l + 1 < n_layer) fprintf(f, "P %d %d %d:h\n", l, l + 1, (i * 7) % (int)n_expert);
+    fprintf(f, "L %d", l);
+    for (int j = 0; j < n[i]; j++) fprintf(f, " %d:%c:1", rec[i][j] / 2, rec[i][j] % 2 ? 'l' : 'h');
+    fprintf(f, " skip 0\n");
+  }
+  fclose(f);
+}
+
+static experts_sim_result sim_run(const char *policy, int64_t budget, bool prefetch) {
+  experts_sim_params sp = {.budget = budget, .prefetch = prefetch};
+  assert_int_equal(experts_policy_parse_offline(policy, NULL, &sp.policy, sp.weights), MOLE_OK);
+  experts_sim_result r;
+  if (experts_cachesim(g_trace_path, &sp, &r)) fail_msg("cachesim %s: %s", policy, mole_last_error());
+  return r;
+}
+
+static int64_t hits_of(const experts_sim_result *r) { return r->c.hits[0] + r->c.hits[1]; }
+static int64_t reqs_of(const experts_sim_result *r) { return hits_of(r) + r->c.misses[0] + r->c.misses[1]; }
+
+static void test_belady_parse(void **state) {
+  (void)state;
+  experts_policy p;
+  float w[4];
+  // a running model cannot see its future
+  assert_int_equal(experts_policy_parse("belady", NULL, &p, w), MOLE_ERR_ARG);
+  assert_non_null(strstr(mole_last_error(), "cachesim"));
+  assert_int_equal(experts_policy_parse_offline("belady", NULL, &p, w), MOLE_OK);
+  assert_int_equal(p, EXPERTS_POLICY_BELADY);
+  assert_true(w[0] == 0 && w[1] == 0 && w[2] == 0 && w[3] == 0);
+  assert_int_equal(experts_policy_parse_offline("OPT", NULL, &p, w), MOLE_OK);
+  assert_int_equal(p, EXPERTS_POLICY_BELADY);
+  assert_string_equal(experts_policy_name(p), "belady");
+  assert_int_equal(experts_policy_parse_offline("lru", NULL, &p, w), MOLE_OK);
+  assert_int_equal(p, EXPERTS_POLICY_LRU);
+}
+
+static void test_belady_hand(void **state) {
+  (void)state;
+  // the textbook reference string with 3 frames: OPT faults 9 times (11
+  // hits of 20), LRU 12 times (8 hits)
+  enum { N = 20 };
+  const int ref[N] = {7, 0, 1, 2, 0, 3, 0, 4, 2, 3, 0, 3, 2, 1, 2, 0, 1, 7, 0, 1};
+  int buf[N];
+  const int *rec[N];
+  int n[N];
+  for (int i = 0; i < N; i++) {
+    buf[i] = ref[i] * 2;
+    rec[i] = &buf[i];
+    n[i] = 1;
+  }
+  write_trace(1, 8, 1, 0, N, NULL, rec, n, false);
+  experts_sim_result b = sim_run("belady", 300, false), l = sim_run("lru", 300, false);
+  assert_int_equal(b.slots[0], 3);
+  assert_int_equal(hits_of(&b), 11);
+  assert_int_equal(b.c.misses[0], 9);
+  assert_true(b.bound_exact && b.bound_hits == 11 && b.bound_requests == 20);
+  assert_int_equal(hits_of(&l), 8);
+  assert_int_equal(l.bound_requests, 0);  // no bound for the other policies
+
+  // a layer's experts stay pinned while it runs: with 2 slots holding
+  // {0, 2}, the record {0, 1} must evict 2 (0 is pinned though it is never
+  // requested again), so 2 then misses: 1 hit (0) and 4 misses, where MIN
+  // without pins would also hit 2
+  const int r0[] = {0}, r1[] = {4}, r2[] = {0, 2}, r3[] = {4};
+  const int *rec2[] = {r0, r1, r2, r3};
+  const int n2[] = {1, 1, 2, 1};
+  write_trace(1, 4, 2, 0, 4, NULL, rec2, n2, false);
+  b = sim_run("belady", 200, false);
+  assert_int_equal(hits_of(&b), 1);
+  assert_int_equal(b.c.misses[0], 4);
+
+  // two precisions sharing the budget: 200 bytes hold 2 high copies (100)
+  // or 5 low ones (40), so at most 5 experts in any precision. Requests
+  // (expert:precision) 0h 1l 2h 3l 4l 5h, 0l 1h, 0h 0l (one record: the repeat
+  // counts once in the bound), 2l. The relaxed bound runs MIN with 5 slots
+  // on 0 1 2 3 4 5 0 1 0 2: 5 misses fill it, 5 evicts 3 or 4 (never
+  // again), then 0, 1, 0, 2 hit: 4 hits of 10
+  const int m0[] = {0}, m1[] = {3}, m2[] = {4}, m3[] = {7}, m4[] = {9}, m5[] = {10}, m6[] = {1}, m7[] = {2}, m8[] = {0, 1},
+            m9[] = {5};
+  const int *rec3[] = {m0, m1, m2, m3, m4, m5, m6, m7, m8, m9};
+  const int n3[] = {1, 1, 1, 1, 1, 1, 1, 1, 2, 1};
+  write_trace(1, 8, 1, 40, 10, NULL, rec3, n3, false);
+  b = sim_run("belady", 200, false);
+  assert_true(b.slots[0] == 2 && b.slots[1] == 5);
+  assert_false(b.bound_exact);
+  assert_int_equal(b.bound_hits, 4);
+  assert_int_equal(b.bound_requests, 10);
+  assert_true(hits_of(&b) <= 4);
+  for (int p = 0; p < EXPERTS_POLICY_BELADY; p++) {
+    const experts_sim_result r = sim_run(experts_policy_name((experts_policy)p), 200, false);
+    assert_true(hits_of(&r) <= b.bound_hits);
+  }
+  unlink(g_trace_path);
+}
+
+// The most hits any eviction choices get under the simulator's rules with
+// one precision: a record's experts stay pinned until its wave is full (every
+// slot pinned), then the wave is released.
+static int64_t best_hits(const int *const *rec, const int *n, const int *lay, int n_expert, int n_rec, int i, int j,
+                         uint32_t resident, uint32_t pinned, int slots) {
+  if (i == n_rec) return 0;
+  if (j == n[i]) return best_hits(rec, n, lay, n_expert, n_rec, i + 1, 0, resident, 0, slots);
+  const uint32_t k = 1u << (lay[i] * n_expert + rec[i][j] / 2);
+  if (resident & k) {
+    if (pinned & k) return best_hits(rec, n, lay, n_expert, n_rec, i, j + 1, resident, pinned, slots);
+    return 1 + best_hits(rec, n, lay, n_expert, n_rec, i, j + 1, resident, pinned | k, slots);
+  }
+  if (__builtin_popcount(resident) < slots)
+    return best_hits(rec, n, lay, n_expert, n_rec, i, j + 1, resident | k, pinned | k, slots);
+  if ((resident & ~pinned) == 0) pinned = 0;  // a new wave
+  int64_t best = -1;
+  for (uint32_t v = resident & ~pinned; v; v &= v - 1) {
+    const uint32_t out = v & -v;
+    const int64_t h = best_hits(rec, n, lay, n_expert, n_rec, i, j + 1, (resident & ~out) | k, pinned | k, slots);
+    if (h > best) best = h;
+  }
+  return best;
+}
+
+static void test_belady_exhaustive(void **state) {
+  (void)state;
+  uint64_t rng = 0x5eed1234;
+  enum { MAXR = 12 };
+  for (int trial = 0; trial < 300; trial++) {
+    const int n_layer = 1 + (int)(tu_rand_u64(&rng) % 2), n_expert = 4 / n_layer, slots = 2 + (int)(tu_rand_u64(&rng) % 2);
+    int buf[MAXR][3], n[MAXR], lay[MAXR], n_rec = 0, total = 0;
+    const int *rec[MAXR];
+    while (total < 12) {
+      // 1..3 distinct experts of one layer (3 with 2 slots: two waves)
+      lay[n_rec] = (int)(tu_rand_u64(&rng) % (uint64_t)n_layer);
+      int m = 1 + (int)(tu_rand_u64(&rng) % 3);
+      m = MOLE_MIN(MOLE_MIN(m, n_expert), 12 - total);
+      uint32_t used = 0;
+      for (int j = 0; j < m; j++) {
+        int e;
+        do e = (int)(tu_rand_u64(&rng) % (uint64_t)n_expert);
+        while (used & (1u << e));
+        used |= 1u << e;
+        buf[n_rec][j] = e * 2;
+      }
+      rec[n_rec] = buf[n_rec];
+      n[n_rec++] = m;
+      total += m;
+    }
+    write_trace(n_layer, n_expert, 1, 0, n_rec, lay, rec, n, false);
+    const experts_sim_result b = sim_run("belady", slots * 100, false);
+    const int64_t best = best_hits(rec, n, lay, n_expert, n_rec, 0, 0, 0, 0, slots);
+    if (hits_of(&b) != best)
+      fail_msg("trial %d: belady %lld hits, exhaustive search %lld (%d slots)", trial, (long long)hits_of(&b),
+               (long long)best, slots);
+    assert_int_equal(reqs_of(&b), 12);
+  }
+  unlink(g_trace_path);
+}
+
+static void test_belady_bounds_policies(void **state) {
+  (void)state;
+  uint64_t rng = 0xbe1adb;
+  enum { LAYERS = 4, EXPERTS = 8, NREC = 600 };
+  static int buf[NREC][5];
+  const int *rec[NREC];
+  int n[NREC], lay[NREC];
+  for (int trial = 0; trial < 8; trial++) {
+    const bool mixed = trial % 2;
+    for (int i = 0; i < NREC; i++) {
+      lay[i] = i % LAYERS;
+      const int m = 1 + (int)(tu_rand_u64(&rng) % 5);  // prefill-like records of up to 5 experts
+      uint32_t used = 0;
+      for (int j = 0; j < m; j++) {
+        int e;
+        // skewed: low expert numbers are hot
+        do e = (int)((tu_rand_u64(&rng) % EXPERTS) * (tu_rand_u64(&rng) % EXPERTS) / EXPERTS);
+        while (used & (1u << e));
+        used |= 1u << e;
+        buf[i][j] = e * 2 + (mixed && tu_rand_u64(&rng) % 3 == 0);
+      }
+      rec[i] = buf[i];
+      n[i] = m;
+    }
+    write_trace(LAYERS, EXPERTS, 2, mixed ? 40 : 0, NREC, lay, rec, n, true);
+    for (int64_t budget = 300; budget <= 2400; budget += 300) {
+      const experts_sim_result b = sim_run("belady", budget, false), bp = sim_run("belady", budget, true);
+      // belady ignores prefetch
+      assert_int_equal(hits_of(&bp), hits_of(&b));
+      assert_int_equal(bp.c.prefetches, 0);
+      assert_true(b.bound_exact == !mixed);
+      assert_true(hits_of(&b) <= b.bound_hits);
+      const double bound_rate = (double)b.bound_hits / (double)b.bound_requests;
+      for (int p = 0; p < EXPERTS_POLICY_BELADY; p++) {
+        const experts_sim_result r = sim_run(experts_policy_name((experts_policy)p), budget, false);
+        if (hits_of(&r) > b.bound_hits || (double)hits_of(&r) / (double)reqs_of(&r) > bound_rate + 1e-12)
+          fail_msg("%s trace, budget %lld: %s has %lld hits of %lld, the bound %lld of %lld", mixed ? "mixed" : "high",
+                   (long long)budget, experts_policy_name((experts_policy)p), (long long)hits_of(&r),
+                   (long long)reqs_of(&r), (long long)b.bound_hits, (long long)b.bound_requests);
+        // with one precision the belady replay is the bound
+        if (!mixed) assert_true(hits_of(&r) <= hits_of(&b));
+      }
+    }
+  }
+  unlink(g_trace_path);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_policy_parse), cmocka_unit_test(test_lru),   cmocka_unit_test(test_lfu),
       cmocka_unit_test(test_lhu),          cmocka_unit_test(test_fld),   cmocka_unit_test(test_hobbit),
       cmocka_unit_test(test_pins),         cmocka_unit_test(test_split), cmocka_unit_test(test_shared_high_only),
       cmocka_unit_test(test_shared_mixed), cmocka_unit_test(test_shared_hobbit_high_uses), cmocka_unit_test(test_parse_budget),
-      cmocka_unit_test(test_mem_probe),
+      cmocka_unit_test(test_mem_probe),    cmocka_unit_test(test_belady_parse), cmocka_unit_test(test_belady_hand),
+      cmocka_unit_test(test_belady_exhaustive), cmocka_unit_test(test_belady_bounds_policies),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

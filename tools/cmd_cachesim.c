@@ -15,12 +15,19 @@ static const char *k_help =
     "hit rates and bytes read per token.\n"
     "  --trace FILE        the trace (required)\n"
     "  --budget B          RAM for experts: 512MiB, 2GiB, 40% (of what holding every expert takes) (required)\n"
-    "  --cache-policy P    lru|lfu|lhu|fld|hobbit, or all (default: all)\n"
+    "  --cache-policy P    lru|lfu|lhu|fld|hobbit|belady (alias opt), or all (default: all)\n"
     "  --cache-weights W   hobbit's w_lru,w_lfu,w_lhu,w_fld (sum 1)\n"
-    "  --prefetch          replay the predictor's prefetches (P records)\n"
-    "  --json              one JSON object per policy\n";
+    "  --prefetch          replay the predictor's prefetches (P records); belady ignores them\n"
+    "  --json              one JSON object per policy\n"
+    "belady is the offline optimum (MIN): it reads the trace's future and evicts the copy\n"
+    "requested again farthest ahead, under the same pins and precision rules as the others.\n"
+    "It loads on demand only, and its 'bound' caps the hits and hit rate of every policy\n"
+    "without prefetch: exact with one precision; with two sharing the budget, MIN is a\n"
+    "heuristic there and the bound a relaxation (any precision resident counts, max slots).\n";
 
-static void print_result(const char *policy, const float *w, const experts_sim_result *r, bool prefetch, bool json) {
+// prefetch: the row replayed the P records; no_prefetch: --prefetch was asked, and this policy ignores it
+static void print_result(const char *policy, const float *w, const experts_sim_result *r, bool prefetch, bool no_prefetch,
+                         bool json) {
   const experts_counts *c = &r->c;
   const double nt = (double)MOLE_MAX(r->tokens, 1);
   const int64_t hits = c->hits[0] + c->hits[1], req = hits + c->misses[0] + c->misses[1];
@@ -30,12 +37,17 @@ static void print_result(const char *policy, const float *w, const experts_sim_r
     printf("{\"policy\": \"%s\", \"weights\": [%g, %g, %g, %g], \"budget\": %lld, \"slots_high\": %lld, \"slots_low\": %lld, "
            "\"prefetch\": %s, \"steps\": %lld, \"tokens\": %lld, \"requests\": %lld, \"hit_rate\": %.4f, "
            "\"hits_high\": %lld, \"misses_high\": %lld, \"hits_low\": %lld, \"misses_low\": %lld, \"prefetch_hits\": %lld, "
-           "\"prefetches\": %lld, \"prefetch_unused\": %lld, \"bytes_read\": %lld, \"bytes_per_token\": %.1f}\n",
+           "\"prefetches\": %lld, \"prefetch_unused\": %lld, \"bytes_read\": %lld, \"bytes_per_token\": %.1f",
            policy, (double)w[0], (double)w[1], (double)w[2], (double)w[3], (long long)r->budget, (long long)r->slots[0],
            (long long)r->slots[1], prefetch ? "true" : "false", (long long)r->steps, (long long)r->tokens, (long long)req,
            hr, (long long)c->hits[0], (long long)c->misses[0], (long long)c->hits[1], (long long)c->misses[1],
            (long long)(c->prefetch_hits[0] + c->prefetch_hits[1]), (long long)c->prefetches, (long long)c->prefetch_unused,
            (long long)c->bytes_read, (double)c->bytes_read / nt);
+    if (r->bound_requests)
+      printf(", \"bound_hits\": %lld, \"bound_requests\": %lld, \"bound_hit_rate\": %.4f, \"bound_exact\": %s",
+             (long long)r->bound_hits, (long long)r->bound_requests, (double)r->bound_hits / (double)r->bound_requests,
+             r->bound_exact ? "true" : "false");
+    printf("}\n");
     return;
   }
   char a[32];
@@ -45,6 +57,10 @@ static void print_result(const char *policy, const float *w, const experts_sim_r
   printf("  misses/token %.2f  read/token %s", (double)(c->misses[0] + c->misses[1]) / nt,
          experts_fmt_bytes(a, sizeof a, (double)c->bytes_read / nt));
   if (prefetch) printf("  prefetched %lld (%lld unused)", (long long)c->prefetches, (long long)c->prefetch_unused);
+  if (no_prefetch) printf("  demand loads only");
+  if (r->bound_requests)
+    printf("  bound %.2f%% (%s)", 100.0 * (double)r->bound_hits / (double)r->bound_requests,
+           r->bound_exact ? "exact" : "relaxed");
   printf("\n");
 }
 
@@ -89,7 +105,7 @@ int cmd_cachesim(int argc, char **argv) {
   int rc = 0;
   for (int p = 0; p < EXPERTS_POLICY_COUNT && rc == 0; p++) {
     const char *name = all ? experts_policy_name((experts_policy)p) : policy;
-    if (experts_policy_parse(name, have_w ? w_in : NULL, &sp.policy, sp.weights))
+    if (experts_policy_parse_offline(name, have_w ? w_in : NULL, &sp.policy, sp.weights))
       return cli_usage_error("cachesim", "--cache-policy/--cache-weights: %s", mole_last_error());
     experts_sim_result r;
     mole_status st = experts_cachesim(trace, &sp, &r);
@@ -102,7 +118,8 @@ int cmd_cachesim(int argc, char **argv) {
       if (r.slots[1]) printf(" + %lld low", (long long)r.slots[1]);
       printf(" slots\n");
     }
-    print_result(name, sp.weights, &r, prefetch, json);
+    const bool offline = sp.policy == EXPERTS_POLICY_BELADY;
+    print_result(experts_policy_name(sp.policy), sp.weights, &r, prefetch && !offline, prefetch && offline, json);
     if (!all) break;
   }
   return rc;

@@ -9,18 +9,23 @@
 // during decoding; frequency and high-precision use break the rest.
 const float k_experts_hobbit_weights[4] = {0.4f, 0.2f, 0.1f, 0.3f};
 
-static const char *const k_names[EXPERTS_POLICY_COUNT] = {"lru", "lfu", "lhu", "fld", "hobbit"};
+static const char *const k_names[EXPERTS_POLICY_COUNT] = {"lru", "lfu", "lhu", "fld", "hobbit", "belady"};
 
 const char *experts_policy_name(experts_policy p) {
   return (unsigned)p < EXPERTS_POLICY_COUNT ? k_names[p] : "?";
 }
 
-mole_status experts_policy_parse(const char *name, const float w_in[4], experts_policy *pol, float w_out[4]) {
+static mole_status policy_parse(const char *name, const float w_in[4], experts_policy *pol, float w_out[4], bool offline) {
   int found = -1;
   if (!name) found = EXPERTS_POLICY_HOBBIT;
   for (int i = 0; name && i < EXPERTS_POLICY_COUNT; i++)
     if (!strcasecmp(name, k_names[i])) found = i;
-  if (found < 0) return mole_errorf(MOLE_ERR_ARG, "cache policy '%s': expected lru, lfu, lhu, fld or hobbit", name);
+  if (name && !strcasecmp(name, "opt")) found = EXPERTS_POLICY_BELADY;
+  if (found == EXPERTS_POLICY_BELADY && !offline)
+    return mole_errorf(MOLE_ERR_ARG, "cache policy '%s' needs the future routing: only mole cachesim replays it", name);
+  if (found < 0)
+    return mole_errorf(MOLE_ERR_ARG, "cache policy '%s': expected %s", name,
+                       offline ? "lru, lfu, lhu, fld, hobbit or belady" : "lru, lfu, lhu, fld or hobbit");
   *pol = (experts_policy)found;
   bool given = false;
   for (int i = 0; i < 4; i++) given = given || (w_in && w_in[i] != 0);
@@ -42,8 +47,16 @@ mole_status experts_policy_parse(const char *name, const float w_in[4], experts_
   }
   memset(w_out, 0, 4 * sizeof *w_out);
   if (found == EXPERTS_POLICY_HOBBIT) memcpy(w_out, k_experts_hobbit_weights, 4 * sizeof *w_out);
-  else w_out[found] = 1.0f;
+  else if (found != EXPERTS_POLICY_BELADY) w_out[found] = 1.0f;
   return MOLE_OK;
+}
+
+mole_status experts_policy_parse(const char *name, const float w_in[4], experts_policy *pol, float w_out[4]) {
+  return policy_parse(name, w_in, pol, w_out, false);
+}
+
+mole_status experts_policy_parse_offline(const char *name, const float w_in[4], experts_policy *pol, float w_out[4]) {
+  return policy_parse(name, w_in, pol, w_out, true);
 }
 
 mole_status experts_cache_init(experts_cache *c, int64_t n_layer, int64_t n_expert, int64_t n_high, int64_t n_low,
@@ -91,6 +104,12 @@ void experts_cache_free(experts_cache *c) {
 
 double experts_cache_priority(const experts_cache *c, int p, int64_t layer, int64_t e, int64_t layer_now) {
   const int64_t k = layer * c->n_expert + e, L = c->n_layer;
+  if (c->policy == EXPERTS_POLICY_BELADY) {
+    MOLE_ASSERT(c->next_use[p]);
+    // a low copy serves nothing while its high copy is cached (that one is taken)
+    if (p && c->slot_of[0][k] >= 0) return -(double)INT64_MAX;
+    return -(double)c->next_use[p][k];
+  }
   const double T = (double)MOLE_MAX(c->t_now, 1);
   const double dist = (double)(((layer - layer_now) % L + L) % L) / (double)L;
   if (p)

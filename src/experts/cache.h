@@ -30,6 +30,10 @@ typedef enum {
   EXPERTS_POLICY_LHU,
   EXPERTS_POLICY_FLD,
   EXPERTS_POLICY_HOBBIT,
+  // Belady's offline optimum (MIN): evicts the copy whose next request lies
+  // farthest ahead. It needs the future, so only the simulator (trace.c)
+  // runs it: it fills experts_cache.next_use from the trace.
+  EXPERTS_POLICY_BELADY,
   EXPERTS_POLICY_COUNT
 } experts_policy;
 
@@ -40,7 +44,10 @@ const char *experts_policy_name(experts_policy p);
 // Policy by name (NULL = hobbit) and its weights: `w_in` all zero = the
 // policy's own; non-zero weights are only valid with hobbit and must be >= 0
 // and sum to 1 (+-1e-3). Errors name the policy or the weights.
+// belady is refused here: a running model cannot see its future routing.
 mole_status experts_policy_parse(const char *name, const float w_in[4], experts_policy *pol, float w_out[4]);
+// The same for the offline simulator: belady (alias opt) too, with zero weights.
+mole_status experts_policy_parse_offline(const char *name, const float w_in[4], experts_policy *pol, float w_out[4]);
 
 typedef enum { EXPERTS_SLOT_EMPTY = 0, EXPERTS_SLOT_LOADING, EXPERTS_SLOT_READY } experts_slot_state;
 
@@ -75,6 +82,9 @@ typedef struct experts_cache {
   // shared arena (experts_cache_share): 0 = the pools do not overlap
   int64_t arena_bytes;
   int64_t slot_size[2];
+  // belady only (set by the simulator): [2][n_layer*n_expert] the index of the
+  // next request the copy of (layer, expert) in each precision will serve
+  const int64_t *next_use[2];
 } experts_cache;
 
 mole_status experts_cache_init(experts_cache *c, int64_t n_layer, int64_t n_expert, int64_t n_high, int64_t n_low,
@@ -95,6 +105,8 @@ static inline int64_t experts_cache_find(const experts_cache *c, int p, int64_t 
 // HOBBIT's priority of the copy of (layer, e) in precision p while layer_now
 // is computed: w_lru*R/T + w_lfu*F/T + w_lhu*H/T + w_fld*(1 - distance/L), with
 // R, F of that copy (a low copy's H is 0: it never serves a high use).
+// belady: minus the index of the copy's next request (the farthest goes first;
+// a low copy whose high copy is cached serves nothing and goes first).
 double experts_cache_priority(const experts_cache *c, int p, int64_t layer, int64_t e, int64_t layer_now);
 // The slot to fill next in pool p: an empty one, else the lowest-priority
 // evictable one (soft-pinned ones too when allow_soft); -1 when none.

@@ -48,14 +48,59 @@ mole_status experts_trace_end(FILE *f, const char *path) {
 }
 
 // ---- replay --------------------------------------------------------------------------
+//
+// belady (MIN) replays with the same rules as the other policies (the same
+// pins, waves, shared arena and the same reading of a request: a low request
+// is served by a cached high copy and counts as a high hit; without one it
+// is a low request, a hit only on a cached low copy, a miss loads a low
+// copy). Only the victim differs: the slot whose copies' next request lies
+// farthest ahead (never-again first). A request is one entry of an L record;
+// a high copy's next request is the next request of its expert in either
+// precision (it serves both), a low copy's the next low one (never while the
+// high copy is cached: requests take that one; cache.c). A first pass
+// over the trace finds them (next_any, next_low): O(requests) memory, and
+// the replay stays O(requests * slots) like the other policies.
+//
+// With one precision in use this is the exact offline optimum under the
+// simulator's rules: the pins of a layer's wave are fixed by the trace alone
+// (a wave holds the next n_slots experts of the L record whatever the
+// policy), and MIN choosing among the unpinned copies stays optimal
+// (Belady's exchange argument carries over to pins that depend on the trace
+// alone; test_experts_cache checks it against an exhaustive search of every
+// eviction choice). Its hits bound every policy's.
+//
+// With two precisions sharing one arena (variable-size copies that evict
+// what their bytes overlap, and a low request served by either copy) the
+// offline optimum is a hard packing problem and MIN is only a strong
+// replay, which may lose to another policy. The bound is then a
+// relaxation: every resident copy lies in disjoint bytes of the arena, so at
+// most max(slots high, slots low) experts are resident in any precision; a
+// request is a hit only if its expert is resident in some precision; and a
+// copy is loaded only when its expert is requested. So every policy's hits
+// are at most the hits of MIN with that many slots, no pins, on the stream
+// of experts requested (a request repeating the one before it in its L
+// record, which the replay serves from the same pinned copy or counts as a
+// low request that a relaxed hit already covers, is dropped).
 typedef struct sim {
   experts_cache c;
   experts_sim_result *r;
   int64_t *req;  // [2*n_expert] the requests of one L record
+  uint8_t *req_low;  // [2*n_expert] each request was low in the trace (belady)
   int64_t soft_cap[2];
   const char *path;
   int64_t line;
+  // belady
+  bool scan;            // first pass: only collect the requests
+  int64_t n_ent, cap_ent;  // requests (L record entries) of the trace
+  int32_t *ent_key;     // [n_ent] layer*n_expert + expert
+  uint8_t *ent_flags;   // [n_ent] ENT_LOW: low in the trace; ENT_FIRST: first of its L record
+  int64_t *next_any;    // [n_ent] index of the next request of that expert, either precision (n_ent: none)
+  int64_t *next_low;    // [n_ent] of the next low request of that expert
+  int64_t *nxt[2];      // [2][n_layer*n_expert] next request a high / low copy serves, as the replay goes
+  int64_t pos;          // requests replayed so far
 } sim;
+
+enum { ENT_LOW = 1, ENT_FIRST = 2 };
 
 static mole_status bad_line(const sim *s, const char *what) {
   return mole_errorf(MOLE_ERR_FORMAT, "%s: line %lld: %s", s->path, (long long)s->line, what);
@@ -121,6 +166,120 @@ static void sim_unpin(sim *s, int64_t layer, const int64_t *req, int64_t n) {
   }
 }
 
+// First pass of belady: one more request.
+static mole_status scan_request(sim *s, int64_t key, bool low, bool first) {
+  if (s->n_ent == s->cap_ent) {
+    const int64_t cap = MOLE_MAX(1024, 2 * s->cap_ent);
+    int32_t *k = mole_realloc(s->ent_key, (size_t)cap * sizeof *k);
+    if (k) s->ent_key = k;
+    uint8_t *f = mole_realloc(s->ent_flags, (size_t)cap * sizeof *f);
+    if (f) s->ent_flags = f;
+    if (!k || !f) return mole_errorf(MOLE_ERR_NOMEM, "cachesim: out of memory for %lld requests", (long long)cap);
+    s->cap_ent = cap;
+  }
+  s->ent_key[s->n_ent] = (int32_t)key;
+  s->ent_flags[s->n_ent++] = (uint8_t)((low ? ENT_LOW : 0) | (first ? ENT_FIRST : 0));
+  return MOLE_OK;
+}
+
+// After the first pass: each request's next one of the same expert (either
+// precision) and the next low one, and where each copy's first is.
+static mole_status belady_prepare(sim *s) {
+  const int64_t n = s->n_ent, LX = s->c.n_layer * s->c.n_expert;
+  s->next_any = mole_malloc((size_t)MOLE_MAX(n, 1) * sizeof *s->next_any);
+  s->next_low = mole_malloc((size_t)MOLE_MAX(n, 1) * sizeof *s->next_low);
+  for (int q = 0; q < 2; q++) s->nxt[q] = mole_malloc((size_t)LX * sizeof *s->nxt[q]);
+  if (!s->next_any || !s->next_low || !s->nxt[0] || !s->nxt[1])
+    return mole_errorf(MOLE_ERR_NOMEM, "cachesim: out of memory for %lld requests", (long long)n);
+  for (int64_t k = 0; k < LX; k++) s->nxt[0][k] = s->nxt[1][k] = n;
+  for (int64_t i = n - 1; i >= 0; i--) {  // nxt: the first request after i, going back
+    const int32_t k = s->ent_key[i];
+    s->next_any[i] = s->nxt[0][k];
+    s->next_low[i] = s->nxt[1][k];
+    s->nxt[0][k] = i;
+    if (s->ent_flags[i] & ENT_LOW) s->nxt[1][k] = i;
+  }
+  s->c.next_use[0] = s->nxt[0];
+  s->c.next_use[1] = s->nxt[1];
+  return MOLE_OK;
+}
+
+// Request i repeats the one before it in its L record.
+static bool belady_repeat(const sim *s, int64_t i) {
+  return !(s->ent_flags[i] & ENT_FIRST) && s->ent_key[i] == s->ent_key[i - 1];
+}
+
+typedef struct heap_ent {
+  int64_t pos;  // next request
+  int32_t key;
+} heap_ent;
+
+static void heap_push(heap_ent *h, int64_t *n, heap_ent x) {
+  int64_t i = (*n)++;
+  while (i > 0 && h[(i - 1) / 2].pos < x.pos) {
+    h[i] = h[(i - 1) / 2];
+    i = (i - 1) / 2;
+  }
+  h[i] = x;
+}
+
+static heap_ent heap_pop(heap_ent *h, int64_t *n) {
+  const heap_ent top = h[0], x = h[--*n];
+  int64_t i = 0;
+  for (;;) {
+    int64_t c = 2 * i + 1;
+    if (c >= *n) break;
+    if (c + 1 < *n && h[c + 1].pos > h[c].pos) c++;
+    if (h[c].pos <= x.pos) break;
+    h[i] = h[c];
+    i = c;
+  }
+  if (*n > 0) h[i] = x;
+  return top;
+}
+
+// The relaxed bound of two precisions (see above): MIN with `cap` slots and
+// no pins on the experts requested, repeats dropped. O(n log n): a max-heap
+// of next requests, stale entries skipped when popped.
+static mole_status belady_relaxed(const sim *s, int64_t cap, int64_t *hits, int64_t *n_req) {
+  const int64_t n = s->n_ent, LX = s->c.n_layer * s->c.n_expert;
+  heap_ent *h = mole_malloc((size_t)MOLE_MAX(n, 1) * sizeof *h);
+  int64_t *cur = mole_malloc((size_t)LX * sizeof *cur);  // next request of a resident expert, -1 when not
+  if (!h || !cur) {
+    mole_free(h);
+    mole_free(cur);
+    return mole_errorf(MOLE_ERR_NOMEM, "cachesim: out of memory for %lld requests", (long long)n);
+  }
+  for (int64_t k = 0; k < LX; k++) cur[k] = -1;
+  int64_t nh = 0, resident = 0;
+  *hits = *n_req = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (i > 0 && belady_repeat(s, i)) continue;
+    const int32_t k = s->ent_key[i];
+    int64_t nx = s->next_any[i];
+    while (nx < n && belady_repeat(s, nx)) nx = s->next_any[nx];  // a repeat is the request right after
+    ++*n_req;
+    if (cur[k] >= 0) {
+      ++*hits;
+    } else if (resident == cap) {
+      for (;;) {
+        const heap_ent v = heap_pop(h, &nh);
+        if (cur[v.key] == v.pos) {
+          cur[v.key] = -1;
+          break;
+        }
+      }
+    } else {
+      resident++;
+    }
+    cur[k] = nx;
+    heap_push(h, &nh, (heap_ent){nx, k});
+  }
+  mole_free(h);
+  mole_free(cur);
+  return MOLE_OK;
+}
+
 // "L layer e:p:n ... skip S"
 static mole_status sim_layer(sim *s, char *rest) {
   experts_cache *c = &s->c;
@@ -135,7 +294,7 @@ static mole_status sim_layer(sim *s, char *rest) {
     if (!strcmp(tok, "skip")) {
       tok = strtok_r(NULL, " \n", &save);
       if (!tok) return bad_line(s, "'skip' without a count");
-      s->r->c.skips += strtoll(tok, NULL, 10);
+      if (!s->scan) s->r->c.skips += strtoll(tok, NULL, 10);
       break;
     }
     long long e, n;
@@ -143,6 +302,13 @@ static mole_status sim_layer(sim *s, char *rest) {
     if (sscanf(tok, "%lld:%c:%lld", &e, &pc, &n) != 3 || e < 0 || e >= X || (pc != 'h' && pc != 'l') || n <= 0)
       return bad_line(s, "expected EXPERT:h|l:TOKENS");
     if (n_req == 2 * X) return bad_line(s, "more entries than experts");
+    if (s->scan) {
+      mole_status st = scan_request(s, layer * X + e, pc == 'l', n_req == 0);
+      if (st) return st;
+      n_req++;
+      continue;
+    }
+    s->req_low[n_req] = pc == 'l';
     int p = pc == 'l';
     // the low budget may be absent (low copies not in use): high then
     if (p == 1 && c->n_slots[1] == 0) p = 0;
@@ -151,11 +317,19 @@ static mole_status sim_layer(sim *s, char *rest) {
     experts_cache_touch(c, layer, e, n, p == 0 ? n : 0);
     req[n_req++] = e * 2 + p;
   }
+  if (s->scan) return MOLE_OK;
   // as the forward pass does: when the layer's experts do not all fit, the
   // ones pinned so far are computed and released (a wave), then the rest
   int64_t wave = 0;  // requests [wave, i) are pinned
   for (int64_t i = 0; i < n_req; i++) {
     const int p = (int)(req[i] % 2);
+    if (s->nxt[0]) {
+      // belady: the copies of this expert next serve these requests
+      const int64_t j = s->pos + i, k = layer * X + req[i] / 2;
+      MOLE_ASSERT(j < s->n_ent && s->ent_key[j] == k);
+      s->nxt[0][k] = s->next_any[j];
+      if (s->req_low[i]) s->nxt[1][k] = s->next_low[j];
+    }
     mole_status st = sim_load(s, p, layer, req[i] / 2, layer, false);
     if (st == MOLE_ERR_NOMEM && i > wave) {
       sim_unpin(s, layer, req + wave, i - wave);
@@ -169,6 +343,7 @@ static mole_status sim_layer(sim *s, char *rest) {
   }
   sim_unpin(s, layer, req + wave, n_req - wave);
   sim_release(s, layer);
+  s->pos += n_req;
   return MOLE_OK;
 }
 
@@ -206,6 +381,67 @@ static mole_status read_header(sim *s, const char *line, experts_trace_header *h
   return MOLE_OK;
 }
 
+// The header: the budget, the slots, the cache.
+static mole_status sim_setup(sim *s, const char *line, const experts_sim_params *p) {
+  experts_sim_result *out = s->r;
+  mole_status st = read_header(s, line, &out->h);
+  if (st) return st;
+  const experts_trace_header *h = &out->h;
+  out->budget = p->budget > 0 ? p->budget
+                              : (int64_t)(p->budget_frac * (double)(h->n_layer * h->n_expert) *
+                                          (double)(h->slot_bytes[0] + (h->low_in_use ? h->slot_bytes[1] : 0)));
+  // the same shared arena as the provider (experts.c open_tiered)
+  const int64_t LX = h->n_layer * h->n_expert, lo_b = h->low_in_use ? h->slot_bytes[1] : 0;
+  int64_t arena = MOLE_MIN(out->budget, LX * (h->slot_bytes[0] + lo_b));
+  experts_cache_split(arena, h->slot_bytes[0], h->slot_bytes[1], h->low_in_use, &out->slots[0], &out->slots[1]);
+  for (int q = 0; q < 2; q++) out->slots[q] = MOLE_MIN(out->slots[q], LX);
+  if (!h->low_in_use) arena = out->slots[0] * h->slot_bytes[0];
+  if (out->slots[0] < h->n_used || (h->low_in_use && out->budget / (h->slot_bytes[0] + lo_b) < h->n_used))
+    return mole_errorf(MOLE_ERR_ARG, "--budget %lld bytes holds %lld high-precision slots of %lld bytes; a token needs %lld",
+                       (long long)out->budget, (long long)out->slots[0], (long long)h->slot_bytes[0], (long long)h->n_used);
+  if ((st = experts_cache_init(&s->c, h->n_layer, h->n_expert, out->slots[0], out->slots[1], p->policy, p->weights)))
+    return st;
+  if (out->slots[0] > 0) experts_cache_share(&s->c, arena, h->slot_bytes[0], h->slot_bytes[1]);
+  s->soft_cap[0] = out->slots[0] / 2;
+  s->soft_cap[1] = out->slots[1] / 2;
+  s->req = mole_calloc((size_t)(2 * h->n_expert), sizeof *s->req);
+  s->req_low = mole_calloc((size_t)(2 * h->n_expert), sizeof *s->req_low);
+  if (!s->req || !s->req_low) return mole_errorf(MOLE_ERR_NOMEM, "cachesim: out of memory");
+  return MOLE_OK;
+}
+
+// The records after the header: a replay, or (s->scan) belady's first pass.
+static mole_status sim_records(sim *s, FILE *f, char **line, size_t *cap, bool prefetch) {
+  mole_status st = MOLE_OK;
+  bool in_step = false;
+  experts_sim_result *out = s->r;
+  while (!st && getline(line, cap, f) > 0) {
+    const char *l = *line;
+    s->line++;
+    if (l[0] == '#' || l[0] == '\n') continue;
+    if (l[0] == 's' && l[1] == ' ') {
+      long long step, n;
+      if (sscanf(l + 2, "%lld %lld", &step, &n) != 2 || n <= 0) return bad_line(s, "expected s STEP TOKENS");
+      in_step = true;
+      if (s->scan) continue;
+      if (out->steps) {
+        sim_release(s, -1);
+        experts_cache_end_step(&s->c);
+      }
+      experts_cache_begin_step(&s->c, n);
+      out->steps++;
+      out->tokens += n;
+    } else if (l[0] == 'L' && l[1] == ' ' && in_step) {
+      st = sim_layer(s, *line + 2);
+    } else if (l[0] == 'P' && l[1] == ' ' && in_step) {
+      if (prefetch && !s->scan) st = sim_pred(s, *line + 2);
+    } else {
+      st = bad_line(s, "expected an s, L or P record");
+    }
+  }
+  return st;
+}
+
 mole_status experts_cachesim(const char *path, const experts_sim_params *p, experts_sim_result *out) {
   memset(out, 0, sizeof *out);
   FILE *f = fopen(path, "r");
@@ -214,63 +450,48 @@ mole_status experts_cachesim(const char *path, const experts_sim_params *p, expe
   char *line = NULL;
   size_t cap = 0;
   mole_status st = MOLE_OK;
-  bool have_header = false, in_step = false;
-  while (!st && getline(&line, &cap, f) > 0) {
+  bool have_header = false;
+  while (!have_header && getline(&line, &cap, f) > 0) {
     s.line++;
     if (line[0] == '#' || line[0] == '\n') continue;
-    if (!have_header) {
-      if ((st = read_header(&s, line, &out->h))) break;
-      have_header = true;
-      const experts_trace_header *h = &out->h;
-      out->budget = p->budget > 0 ? p->budget
-                                  : (int64_t)(p->budget_frac * (double)(h->n_layer * h->n_expert) *
-                                              (double)(h->slot_bytes[0] + (h->low_in_use ? h->slot_bytes[1] : 0)));
-      // the same shared arena as the provider (experts.c open_tiered)
-      const int64_t LX = h->n_layer * h->n_expert, lo_b = h->low_in_use ? h->slot_bytes[1] : 0;
-      int64_t arena = MOLE_MIN(out->budget, LX * (h->slot_bytes[0] + lo_b));
-      experts_cache_split(arena, h->slot_bytes[0], h->slot_bytes[1], h->low_in_use, &out->slots[0], &out->slots[1]);
-      for (int q = 0; q < 2; q++) out->slots[q] = MOLE_MIN(out->slots[q], LX);
-      if (!h->low_in_use) arena = out->slots[0] * h->slot_bytes[0];
-      if (out->slots[0] < h->n_used || (h->low_in_use && out->budget / (h->slot_bytes[0] + lo_b) < h->n_used)) {
-        st = mole_errorf(MOLE_ERR_ARG, "--budget %lld bytes holds %lld high-precision slots of %lld bytes; a token needs %lld",
-                         (long long)out->budget, (long long)out->slots[0], (long long)h->slot_bytes[0], (long long)h->n_used);
-        break;
-      }
-      if ((st = experts_cache_init(&s.c, h->n_layer, h->n_expert, out->slots[0], out->slots[1], p->policy, p->weights)))
-        break;
-      if (out->slots[0] > 0) experts_cache_share(&s.c, arena, h->slot_bytes[0], h->slot_bytes[1]);
-      s.soft_cap[0] = out->slots[0] / 2;
-      s.soft_cap[1] = out->slots[1] / 2;
-      s.req = mole_calloc((size_t)(2 * h->n_expert), sizeof *s.req);
-      if (!s.req) st = mole_errorf(MOLE_ERR_NOMEM, "cachesim: out of memory");
-      continue;
-    }
-    if (line[0] == 's' && line[1] == ' ') {
-      long long step, n;
-      if (sscanf(line + 2, "%lld %lld", &step, &n) != 2 || n <= 0) {
-        st = bad_line(&s, "expected s STEP TOKENS");
-        break;
-      }
-      if (in_step) {
-        sim_release(&s, -1);
-        experts_cache_end_step(&s.c);
-      }
-      experts_cache_begin_step(&s.c, n);
-      in_step = true;
-      out->steps++;
-      out->tokens += n;
-    } else if (line[0] == 'L' && line[1] == ' ' && in_step) {
-      st = sim_layer(&s, line + 2);
-    } else if (line[0] == 'P' && line[1] == ' ' && in_step) {
-      if (p->prefetch) st = sim_pred(&s, line + 2);
-    } else {
-      st = bad_line(&s, "expected an s, L or P record");
-    }
+    have_header = true;
+    st = sim_setup(&s, line, p);
   }
   if (!st && !have_header) st = mole_errorf(MOLE_ERR_FORMAT, "%s: empty trace", path);
+  const bool belady = p->policy == EXPERTS_POLICY_BELADY;
+  if (!st && belady) {
+    // first pass: the requests, and when each comes again
+    const int64_t line0 = s.line;
+    const off_t data = ftello(f);
+    s.scan = true;
+    st = sim_records(&s, f, &line, &cap, false);
+    s.scan = false;
+    if (!st) st = belady_prepare(&s);
+    if (!st && fseeko(f, data, SEEK_SET) != 0)
+      st = mole_errorf(MOLE_ERR_IO, "%s: cannot read the trace twice: %s", path, strerror(errno));
+    s.line = line0;
+  }
+  if (!st) st = sim_records(&s, f, &line, &cap, p->prefetch && !belady);
+  if (!st && belady) {
+    MOLE_ASSERT(s.pos == s.n_ent);
+    out->bound_exact = out->slots[1] == 0;
+    if (out->bound_exact) {
+      out->bound_hits = out->c.hits[0] + out->c.hits[1];
+      out->bound_requests = out->bound_hits + out->c.misses[0] + out->c.misses[1];
+    } else {
+      st = belady_relaxed(&s, MOLE_MAX(out->slots[0], out->slots[1]), &out->bound_hits, &out->bound_requests);
+    }
+  }
   free(line);  // getline's buffer
   fclose(f);
   experts_cache_free(&s.c);
   mole_free(s.req);
+  mole_free(s.req_low);
+  mole_free(s.ent_key);
+  mole_free(s.ent_flags);
+  mole_free(s.next_any);
+  mole_free(s.next_low);
+  mole_free(s.nxt[0]);
+  mole_free(s.nxt[1]);
   return st;
 }

@@ -38,7 +38,7 @@ typedef struct experts_sim_params {
   double budget_frac;   // of what holding every expert takes (both precisions when low is in use)
   experts_policy policy;
   float weights[4];
-  bool prefetch;        // replay the P records as prefetches
+  bool prefetch;        // replay the P records as prefetches (every policy but belady)
 } experts_sim_params;
 
 typedef struct experts_sim_result {
@@ -46,9 +46,16 @@ typedef struct experts_sim_result {
   int64_t budget, slots[2];
   int64_t steps, tokens;
   experts_counts c;  // hits, prefetch_hits, misses, skips, bytes_read, reads, prefetches, prefetch_unused
+  // belady only: no policy replaying this trace under this budget (without
+  // prefetch) has more than bound_hits hits (both precisions together), nor a
+  // hit rate above bound_hits / bound_requests. Exact (the belady replay
+  // itself) with one precision; a relaxation with two (see trace.c).
+  int64_t bound_hits, bound_requests;
+  bool bound_exact;
 } experts_sim_result;
 
-// Replays the trace at path. Errors name the file and line.
+// Replays the trace at path. Errors name the file and line. belady reads the
+// trace twice (the requests first) and ignores p->prefetch.
 mole_status experts_cachesim(const char *path, const experts_sim_params *p, experts_sim_result *out);
 
 #endif
