@@ -14,6 +14,7 @@ int cmd_chat(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 int cmd_cachesim(int argc, char **argv);
 int cmd_kld(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 

@@ -19,6 +19,7 @@ static const command k_cmds[] = {
     {"plan", cmd_plan, "each MPI process's shares of a model, from their profiles (mpirun)"},
     {"logits", cmd_logits, "write the logits of a token sequence (float32)"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
+    {"perplexity", cmd_perplexity, "perplexity of a text file, counted as llama-perplexity counts it"},
     {"kld", cmd_kld, "KL divergence / top-1 agreement of a configuration against a reference"},
     {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table"},
     {"synth", cmd_synth, "write a random-weight model in a real architecture's layout"},
