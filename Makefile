@@ -2,9 +2,9 @@
 JOBS ?= $(shell nproc)
 BUILD ?= build
 CMAKE_FLAGS ?=
-DEMO ?= models/demo-mixtral-q4_0.gguf
+DEMO ?= eval-model/mole-eval-moe-q8_0.gguf
 
-.PHONY: all deps build test test-release test-asan fuzz run bench clean
+.PHONY: all deps build test test-release test-asan fuzz run bench clean eval-model
 
 all: build
 
@@ -38,6 +38,12 @@ bench: deps
 	@$(MAKE) --no-print-directory build
 	@bash bench/run.sh
 	@bash bench/offload.sh
+
+# The trained evaluation model (eval-model/): corpus, BPE, about an hour of training, GGUF export,
+# figures. Needs PyTorch from Debian (installed here, not by deps); COMMIT=1 refreshes eval-model/.
+eval-model:
+	@bash scripts/train/deps.sh
+	@bash scripts/train/run.sh
 
 clean:
 	rm -rf build build-asan build-fuzz

@@ -95,76 +95,93 @@ static void check_round_trip(const tok_vocab *v, const char *what, const char *s
 
 // ---- llama.cpp's vectors --------------------------------------------------------------
 
+// Every vector of one vocabulary (llama.cpp's test-tokenizer-0 format: texts split by
+// "\n__ggml_vocab_test__\n" in .inp, one line of ids each in .out): mole's ids equal
+// the expected ones and decode back to the text. Returns how many vectors ran.
+static int check_vectors(const char *name, vocab_h h, const char *inp_rel, const char *out_rel) {
+  size_t inp_n = 0, out_n = 0;
+  char *inp = tu_read_file(tu_path(inp_rel), &inp_n);
+  char *outp = tu_read_file(tu_path(out_rel), &out_n);
+  if (!inp || !outp) fail_msg("%s: cannot read %s or %s", name, inp_rel, out_rel);
+  static const char sep[] = "\n__ggml_vocab_test__\n";
+  const size_t sep_n = sizeof sep - 1;
+  const char *s = inp, *end = inp + inp_n, *line = outp, *out_end = outp + out_n;
+  int idx = 0;
+  while (s < end) {
+    const char *e = memmem(s, (size_t)(end - s), sep, sep_n);
+    if (!e) e = end;
+    const char *le = memchr(line, '\n', (size_t)(out_end - line));
+    if (!le) le = out_end;
+    assert_true(line < out_end || le == out_end);
+    // expected ids of this line
+    int32_t want[4096];
+    int64_t n_want = 0;
+    for (const char *p = line; p < le;) {
+      char *q;
+      long x = strtol(p, &q, 10);
+      if (q == p) {
+        p++;
+        continue;
+      }
+      assert_true(n_want < 4096);
+      want[n_want++] = (int32_t)x;
+      p = q;
+    }
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    size_t sn = (size_t)(e - s);
+    assert_int_equal(tok_encode(h.v, s, sn, false, false, &ids, &n), MOLE_OK);
+    bool same = n == n_want && (n == 0 || !memcmp(ids, want, (size_t)n * sizeof *ids));
+    if (!same) {
+      char got[8192];
+      int at = 0;
+      for (int64_t i = 0; i < n && at < 8000; i++) at += snprintf(got + at, sizeof got - (size_t)at, " %d", ids[i]);
+      got[at] = 0;
+      fail_msg("%s: vector %d '%.*s':\n  want%.*s\n  got %s", name, idx, (int)sn, s, (int)(le - line), line, got);
+    }
+    // round trip (no vector holds a special token's text... except deepseek's
+    // user-defined characters, which render as themselves)
+    char *dec = NULL;
+    size_t dec_n = 0;
+    assert_int_equal(tok_decode(h.v, ids, n, round_trip_flags(h.v), &dec, &dec_n), MOLE_OK);
+    if (dec_n != sn || memcmp(dec, s, sn)) fail_msg("%s: vector %d: round trip of '%.*s' gave '%s'", name, idx, (int)sn, s, dec);
+    mole_free(dec);
+    mole_free(ids);
+    idx++;
+    s = e + sep_n;
+    line = le < out_end ? le + 1 : out_end;
+  }
+  free(inp);
+  free(outp);
+  return idx;
+}
+
 static void test_vectors(void **state) {
   (void)state;
   int64_t total = 0;
   for (int k = 0; k < N_VOCABS; k++) {
     vocab_h h = open_vocab(k_vocabs[k]);
-    char rel[256];
-    size_t inp_n = 0, out_n = 0;
-    snprintf(rel, sizeof rel, "tests/data/conformance/tokenizer/ggml-vocab-%s.gguf.inp", k_vocabs[k]);
-    char *inp = tu_read_file(tu_path(rel), &inp_n);
-    snprintf(rel, sizeof rel, "tests/data/conformance/tokenizer/ggml-vocab-%s.gguf.out", k_vocabs[k]);
-    char *outp = tu_read_file(tu_path(rel), &out_n);
-    assert_non_null(inp);
-    assert_non_null(outp);
-    static const char sep[] = "\n__ggml_vocab_test__\n";
-    const size_t sep_n = sizeof sep - 1;
-    const char *s = inp, *end = inp + inp_n, *line = outp, *out_end = outp + out_n;
-    int idx = 0;
-    while (s < end) {
-      const char *e = memmem(s, (size_t)(end - s), sep, sep_n);
-      if (!e) e = end;
-      const char *le = memchr(line, '\n', (size_t)(out_end - line));
-      if (!le) le = out_end;
-      assert_true(line < out_end || le == out_end);
-      // expected ids of this line
-      int32_t want[4096];
-      int64_t n_want = 0;
-      for (const char *p = line; p < le;) {
-        char *q;
-        long x = strtol(p, &q, 10);
-        if (q == p) {
-          p++;
-          continue;
-        }
-        assert_true(n_want < 4096);
-        want[n_want++] = (int32_t)x;
-        p = q;
-      }
-      int32_t *ids = NULL;
-      int64_t n = 0;
-      size_t sn = (size_t)(e - s);
-      assert_int_equal(tok_encode(h.v, s, sn, false, false, &ids, &n), MOLE_OK);
-      bool same = n == n_want && (n == 0 || !memcmp(ids, want, (size_t)n * sizeof *ids));
-      if (!same) {
-        char got[8192];
-        int at = 0;
-        for (int64_t i = 0; i < n && at < 8000; i++) at += snprintf(got + at, sizeof got - (size_t)at, " %d", ids[i]);
-        got[at] = 0;
-        fail_msg("%s: vector %d '%.*s':\n  want%.*s\n  got %s", k_vocabs[k], idx, (int)sn, s, (int)(le - line), line,
-                 got);
-      }
-      // round trip (no vector holds a special token's text... except deepseek's
-      // user-defined characters, which render as themselves)
-      char *dec = NULL;
-      size_t dec_n = 0;
-      assert_int_equal(tok_decode(h.v, ids, n, round_trip_flags(h.v), &dec, &dec_n), MOLE_OK);
-      if (dec_n != sn || memcmp(dec, s, sn))
-        fail_msg("%s: vector %d: round trip of '%.*s' gave '%s'", k_vocabs[k], idx, (int)sn, s, dec);
-      mole_free(dec);
-      mole_free(ids);
-      total++;
-      idx++;
-      s = e + sep_n;
-      line = le < out_end ? le + 1 : out_end;
-    }
-    assert_int_equal(idx, 46);
-    free(inp);
-    free(outp);
+    char inp[256], out[256];
+    snprintf(inp, sizeof inp, "tests/data/conformance/tokenizer/ggml-vocab-%s.gguf.inp", k_vocabs[k]);
+    snprintf(out, sizeof out, "tests/data/conformance/tokenizer/ggml-vocab-%s.gguf.out", k_vocabs[k]);
+    const int n = check_vectors(k_vocabs[k], h, inp, out);
+    assert_int_equal(n, 46);
+    total += n;
     close_vocab(h);
   }
   assert_int_equal(total, 4 * 46);
+}
+
+// The trained evaluation model's own BPE (eval-model/): held-out lines and edge
+// cases, the ids llama.cpp gives (which are also the trainer's, scripts/train/bpe.py).
+static void test_eval_model_vectors(void **state) {
+  (void)state;
+  vocab_h h = {0};
+  const char *rel = "eval-model/" EVAL_MODEL_FILE;
+  if (gguf_open(tu_path(rel), &h.f) != MOLE_OK || tok_load(h.f, &h.v) != MOLE_OK) fail_msg("%s: %s", rel, mole_last_error());
+  assert_string_equal(tok_pre_name(h.v), "gpt-2");
+  assert_int_equal(check_vectors("eval-model", h, "eval-model/tokenizer.inp", "eval-model/tokenizer.out"), 210);
+  close_vocab(h);
 }
 
 // ---- vocabulary facts, special tokens ------------------------------------------------------
@@ -771,7 +788,7 @@ static void test_memory(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_vectors),        cmocka_unit_test(test_vocab_facts),
+      cmocka_unit_test(test_vectors), cmocka_unit_test(test_eval_model_vectors),        cmocka_unit_test(test_vocab_facts),
       cmocka_unit_test(test_special_tokens), cmocka_unit_test(test_pre_tokenizers),
       cmocka_unit_test(test_pre_vectors),    cmocka_unit_test(test_pre_splits),
       cmocka_unit_test(test_fuzz),

@@ -19,4 +19,7 @@ float tu_rand_uniform(uint64_t *state, float lo, float hi);
 // true under the ASan build (MOLE_ASAN=1): tests may pick smaller loads.
 int tu_asan(void);
 
+// The trained evaluation model committed in eval-model/ (scripts/train, make eval-model).
+#define EVAL_MODEL_FILE "mole-eval-moe-q8_0.gguf"
+
 #endif

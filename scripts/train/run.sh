@@ -22,7 +22,7 @@ $PY scripts/train/tokvectors.py "$OUT" "$OUT/mole-eval-moe-q8_0.gguf"
 $PY scripts/train/evaluate.py "$OUT" -c 512 | tee "$OUT/eval.txt"
 sha256sum "$OUT"/mole-eval-moe-*.gguf
 if [ "${COMMIT:-0}" = 1 ]; then
-  cp "$OUT/mole-eval-moe-q8_0.gguf" "$OUT/loss.png" "$OUT/tokenizer.inp" "$OUT/tokenizer.out" eval-model/
+  cp "$OUT/mole-eval-moe-q8_0.gguf" "$OUT/loss.png" "$OUT/tokenizer.inp" "$OUT/tokenizer.out" "$OUT/heldout.txt" "$OUT/eval.json" eval-model/
   cp "$OUT/fixture/eval-logits.f32" eval-model/logits.f32
   cp "$OUT/fixture/eval-tokens.txt" eval-model/tokens.txt
 fi
