@@ -11,6 +11,18 @@
 #    KLD_POSITIONS generated positions) for several (T1, T2);
 #  - every configuration PASSES times (in order, then reversed: the disk drifts);
 #    a table of the means (bench/out/offload.tsv) and PNG plots (bench/out/*.png, gnuplot).
+# MODEL=path/to/model.gguf runs the same on a trained MoE GGUF instead of the
+# synthesized one, with every output named after it (bench/out/offload-NAME*.tsv,
+# offload-NAME-*.png; the packed copy in models/bench/NAME-packed.gguf). A small
+# model's experts are a small part of what a process needs, so 1/2 or 1/4 of the
+# file would be below the binary, libraries, buffers and page cache alone: the
+# limits are a measured per-process baseline (the larger of mole's and
+# llama-bench's peak RSS, each less the expert bytes it held) plus 1/2 and
+# 1/4 of the expert bytes, and mole's --expert-budget is that share, so each
+# configuration holds only that share of the experts in RAM and reads the rest
+# from disk. BASE_MIB=N skips the measurement; LIMITS_MIB="A B" sets the limits.
+# MOLE_BUDGET=auto|512MiB|40%|... overrides mole's --expert-budget in every run
+# (default: the share above with MODEL; unset, i.e. mole's auto, without).
 # "stalled GB/s": bytes the disk delivered while the forward pass waited for
 # reads / that time; "busy GB/s": bytes read / the time reads were in flight
 # (completions are noticed when reaped, so it errs low).
@@ -22,15 +34,29 @@ THREADS=${THREADS:-2}
 NGEN=${NGEN:-128}
 KLD_POSITIONS=${KLD_POSITIONS:-2000}
 OUT=bench/out
-# the models depend on synth's revision (r2: larger token embeddings, see synth.c)
-MODELS=models/bench/synth-r2
-mkdir -p "$MODELS" "$OUT"
-SRC=$MODELS/mixtral-0.8b-q8_0.gguf
-PACKED=$MODELS/mixtral-0.8b-q8_0-q4_0-packed.gguf
-[ -f "$SRC" ] || "$MOLE" synth --arch mixtral --embd 1024 --layers 8 --experts 8 --used 2 --ff 3584 --vocab 32000 \
-  --type q8_0 --seed 7 -o "$SRC" >&2
-[ -f "$PACKED" ] || "$MOLE" pack "$SRC" -o "$PACKED" --high q8_0 --low q4_0 -t "$THREADS" >&2
+if [ -n "${MODEL:-}" ]; then
+  [ -f "$MODEL" ] || { echo "offload: MODEL=$MODEL: no such file" >&2; exit 1; }
+  NAME=$(basename "$MODEL" .gguf)
+  TAG=-$NAME  # in every output's name, so the synthesized model's stay
+  MODELS=models/bench
+  mkdir -p "$MODELS" "$OUT"
+  SRC=$MODEL
+  PACKED=$MODELS/$NAME-packed.gguf
+  # repacked when the model is newer (a checkpoint replaced under the same name)
+  [ "$PACKED" -nt "$SRC" ] || "$MOLE" pack "$SRC" -o "$PACKED" --high q8_0 --low q4_0 -t "$THREADS" >&2
+else
+  TAG=""
+  # the models depend on synth's revision (r2: larger token embeddings, see synth.c)
+  MODELS=models/bench/synth-r2
+  mkdir -p "$MODELS" "$OUT"
+  SRC=$MODELS/mixtral-0.8b-q8_0.gguf
+  PACKED=$MODELS/mixtral-0.8b-q8_0-q4_0-packed.gguf
+  [ -f "$SRC" ] || "$MOLE" synth --arch mixtral --embd 1024 --layers 8 --experts 8 --used 2 --ff 3584 --vocab 32000 \
+    --type q8_0 --seed 7 -o "$SRC" >&2
+  [ -f "$PACKED" ] || "$MOLE" pack "$SRC" -o "$PACKED" --high q8_0 --low q4_0 -t "$THREADS" >&2
+fi
 SIZE=$(stat -c %s "$SRC")
+if [ -n "${MODEL:-}" ]; then RUN_TIMEOUT=${RUN_TIMEOUT-600}; else RUN_TIMEOUT=${RUN_TIMEOUT-}; fi
 
 LLAMA_BENCH=""
 if [ -n "${LLAMA_CPP_DIR:-}" ]; then
@@ -55,13 +81,16 @@ drop_cache() {  # the model must come from the disk, not from pages cached earli
 }
 
 # in_cgroup LIMIT_BYTES cmd... : runs cmd in a fresh cgroup; its peak memory
-# and OOM kills go to $OUT/.cg (callers capture stdout in a subshell)
+# and OOM kills go to $OUT/.cg$TAG (callers capture stdout in a subshell)
 in_cgroup() {
   local limit=$1
   shift
+  # a process thrashing far under its limit need not end: RUN_TIMEOUT=SECONDS
+  # ends it (a FAIL row; the default with MODEL is 600, none without)
+  [ -n "$RUN_TIMEOUT" ] && set -- timeout -k 5 "$RUN_TIMEOUT" "$@"
   drop_cache
   if [ $use_cg = 0 ]; then
-    echo "0 0" >"$OUT/.cg"
+    echo "0 0" >"$OUT/.cg$TAG"
     "$@"
     return
   fi
@@ -69,11 +98,11 @@ in_cgroup() {
   echo "$limit" >"$CG/memory.limit_in_bytes"
   local rc=0
   bash -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' _ "$CG" "$@" || rc=$?
-  echo "$(cat "$CG/memory.max_usage_in_bytes") $(awk '$1 == "oom_kill" {print $2}' "$CG/memory.oom_control")" >"$OUT/.cg"
+  echo "$(cat "$CG/memory.max_usage_in_bytes") $(awk '$1 == "oom_kill" {print $2}' "$CG/memory.oom_control")" >"$OUT/.cg$TAG"
   rmdir "$CG"
   return $rc
 }
-cg_result() { read -r PEAK OOM <"$OUT/.cg"; }
+cg_result() { read -r PEAK OOM <"$OUT/.cg$TAG"; }
 
 # the disk's raw O_DIRECT rate, one stream of 16 MiB reads; it drifts, so it
 # is measured before each memory limit's runs and after the last
@@ -86,29 +115,33 @@ raw_bw() {
   echo "raw O_DIRECT read bandwidth: $g GB/s"
 }
 
-TSV=$OUT/offload.tsv
-RUNS=$OUT/offload-runs.tsv  # every run; offload.tsv has the mean over the passes
+TSV=$OUT/offload$TAG.tsv
+RUNS=$OUT/offload$TAG-runs.tsv  # every run; offload$TAG.tsv has the mean over the passes
 printf "limit_mib\tconfig\tpass\ttg_tps\thit_rate\tmib_per_token\tstall_gbps\tdisk_gbps\tpeak_mib\toom\n" >"$RUNS"
 run_row() {  # limit config pass tps hit mib_per_token stall_gbps disk_gbps peak oom
   printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$@" >>"$RUNS"
   printf "%-6s %-26s pass %s %8s t/s  hit %-6s  %8s MiB/tok  stalled %5s GB/s  busy %5s GB/s  peak %5s MiB  oom %s\n" "$@"
 }
 
+LLAMA_NGEN=${LLAMA_NGEN:-$([ -n "${MODEL:-}" ] && echo "$NGEN" || echo 16)}
 llama_cfg() {  # llama_cfg LIMIT PASS
-  local limit=$1 pass=$2 j tps
-  j=$(in_cgroup "$limit" "$LLAMA_BENCH" -m "$SRC" -p 0 -n 16 -r 1 -t "$THREADS" -o json 2>/dev/null) || j="[]"
+  local limit=$1 pass=$2 j tps rc=0
+  j=$(in_cgroup "$limit" "$LLAMA_BENCH" -m "$SRC" -p 0 -n "$LLAMA_NGEN" -r 1 -t "$THREADS" -o json 2>"$OUT/.llama$TAG.err") || { rc=$?; j="[]"; }
   cg_result
-  tps=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("%.2f"%d[0]["avg_ts"] if d else "FAIL")' "$j")
+  tps=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1] or "[]"); print("%.2f"%d[0]["avg_ts"] if d else "FAIL")' "$j")
   run_row $((limit >> 20)) llama.cpp "$pass" "$tps" - - - - $((PEAK >> 20)) "${OOM:-0}"
+  # a llama.cpp that cannot run under the limit is a result: say why
+  [ "$tps" = FAIL ] && echo "llama.cpp FAILED under $((limit >> 20)) MiB (exit $rc, 124: past RUN_TIMEOUT; oom kills ${OOM:-0}): $(tail -n 2 "$OUT/.llama$TAG.err" | tr '\n' ' ')"
+  true
 }
 
 mole_cfg() {  # mole_cfg LIMIT PASS NAME flags...
   local limit=$1 pass=$2 name=$3
   shift 3
   local j
-  j=$(in_cgroup "$limit" "$MOLE" bench -m "$PACKED" -p 0 -n "$NGEN" -r 1 -t "$THREADS" --json "$@") || { cg_result; run_row $((limit >> 20)) "$name" "$pass" FAIL - - - - $((PEAK >> 20)) "${OOM:-0}"; return; }
+  j=$(in_cgroup "$limit" "$MOLE" bench -m "$PACKED" -p 0 -n "$NGEN" -r 1 -t "$THREADS" --json "${BUDGET_ARGS[@]}" "$@") || { cg_result; run_row $((limit >> 20)) "$name" "$pass" FAIL - - - - $((PEAK >> 20)) "${OOM:-0}"; return; }
   cg_result
-  echo "$j" >"$OUT/offload-$((limit >> 20))-$name-$pass.json"
+  echo "$j" >"$OUT/offload$TAG-$((limit >> 20))-$name-$pass.json"
   read -r tps hit mpt sgb dgb < <(python3 -c '
 import json,sys; d=json.loads(sys.argv[1]); o=d["offload"]
 print("%.2f"%d["tg_tps"], "%.3f"%o.get("hit_rate",1), "%.1f"%(o.get("bytes_per_token",0)/1048576), "%.2f"%o.get("stall_gbps",-1), "%.2f"%o.get("disk_gbps",-1))' "$j")
@@ -132,9 +165,81 @@ CONFIGS=(
 # times, in order then in reverse order, so drift does not favour the
 # configurations that come first; the table has the means.
 PASSES=${PASSES:-2}
-for frac in 2 4; do
-  LIMIT=$((SIZE / frac))
-  echo "== memory limit $((LIMIT >> 20)) MiB (1/$frac of the $((SIZE >> 20)) MiB model)"
+# the limits, with what mole's --expert-budget is under each (BUDGETS, "" = no flag: auto)
+LIMITS=() BUDGETS=() WHY=()
+if [ -z "${MODEL:-}" ]; then
+  for frac in 2 4; do
+    LIMITS+=($((SIZE / frac))) BUDGETS+=("${MOLE_BUDGET:-}") WHY+=("1/$frac of the $((SIZE >> 20)) MiB model")
+  done
+else
+  # expert bytes: mole's high-precision copies (what its cache holds), the
+  # source's expert tensors (what llama.cpp maps); K experts per token
+  sum_tensors() { "$MOLE" inspect "$1" | awk -v re="$2" '$2 ~ re {s += $NF} END {printf "%d\n", s}'; }
+  max_tensor() { "$MOLE" inspect "$1" | awk -v re="$2" '$2 ~ re && $NF > m {m = $NF} END {printf "%d\n", m}'; }
+  EXP=$(sum_tensors "$PACKED" '^blk\.[0-9]+\.ffn_exps\.[0-9]+\.high$')
+  EXP_SRC=$(sum_tensors "$SRC" '(_exps\.weight|\.ffn_(gate|up|down)\.[0-9]+\.weight)$')
+  K=$("$MOLE" inspect "$PACKED" | awk '$1 ~ /\.expert_used_count$/ && !k {k = $3} END {print k}')
+  [ "$EXP" -gt 0 ] && [ "$EXP_SRC" -gt 0 ] && [ -n "$K" ] || { echo "offload: $MODEL: no experts found (not a MoE model?)" >&2; exit 1; }
+  echo "== $NAME: $((SIZE >> 10)) KiB; experts $((EXP >> 10)) KiB in mole's high copies, $((EXP_SRC >> 10)) KiB in the source; $K per token"
+  if [ -n "${BASE_MIB:-}" ]; then
+    BASE=$((BASE_MIB << 20))
+    echo "per-process baseline: $BASE_MIB MiB (BASE_MIB)"
+  elif [ $use_cg = 0 ]; then
+    BASE=0
+    echo "per-process baseline: not measured (no cgroup: the limits are not applied; mole's budgets are the shares)"
+  else
+    # what a process needs besides its share of the experts, measured without
+    # a limit as peak RSS (binary and libraries mapped, non-expert weights,
+    # KV, buffers; page cache beyond that is reclaimed under a limit, so the
+    # cgroup's peak, shown too, overstates the need) less the expert bytes it
+    # held: mole with the least cache a token needs (K experts in each
+    # precision), and llama-bench, which maps (touches) every expert
+    peak_rss() {  # peak_rss cmd... : RSS=child's peak RSS in bytes, PEAK from the cgroup
+      RSS=$(in_cgroup -1 python3 -c '
+import resource,subprocess,sys
+rc=subprocess.run(sys.argv[1:],stdout=subprocess.DEVNULL,stderr=subprocess.DEVNULL).returncode
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss*1024); sys.exit(rc)' "$@") || return 1
+      cg_result
+    }
+    B0=$((K * ($(max_tensor "$PACKED" '\.high$') + $(max_tensor "$PACKED" '\.low$'))))
+    # shellcheck disable=SC2086
+    peak_rss "$MOLE" bench -m "$PACKED" -p 0 -n "$NGEN" -r 1 -t "$THREADS" --json --expert-budget "$B0" \
+      --cache-policy hobbit --prefetch-depth -1 $MIXED || { echo "offload: mole failed without a limit" >&2; exit 1; }
+    BASE_MOLE=$((RSS - B0))
+    BASE=$BASE_MOLE
+    msg="mole: peak RSS $((RSS >> 10)) KiB (cgroup $((PEAK >> 10)) KiB) with a $((B0 >> 10)) KiB expert cache -> $((BASE_MOLE >> 10)) KiB"
+    if [ -n "$LLAMA_BENCH" ]; then
+      if peak_rss "$LLAMA_BENCH" -m "$SRC" -p 0 -n "$LLAMA_NGEN" -r 1 -t "$THREADS" -o json; then
+        BASE_LLAMA=$((RSS - EXP_SRC))
+        [ $BASE_LLAMA -gt $BASE ] && BASE=$BASE_LLAMA
+        msg="$msg; llama-bench: peak RSS $((RSS >> 10)) KiB (cgroup $((PEAK >> 10)) KiB) -> $((BASE_LLAMA >> 10)) KiB"
+      else
+        msg="$msg; llama-bench FAILED without a limit"
+      fi
+    fi
+    BASE=$(((BASE + (1 << 20) - 1) >> 20 << 20))
+    echo "per-process baseline $((BASE >> 20)) MiB ($msg)"
+  fi
+  if [ -n "${LIMITS_MIB:-}" ]; then
+    for l in $LIMITS_MIB; do
+      LIMITS+=($((l << 20))) WHY+=("LIMITS_MIB: baseline $((BASE >> 20)) MiB + $(((l << 20) - BASE >> 10)) KiB")
+      BUDGETS+=("${MOLE_BUDGET:-$(((l << 20) - BASE > 0 ? (l << 20) - BASE : 0))}")
+    done
+  else
+    for frac in 2 4; do
+      share=$((EXP / frac))
+      LIMITS+=($(((BASE + share + (1 << 20) - 1) >> 20 << 20))) BUDGETS+=("${MOLE_BUDGET:-$share}")
+      WHY+=("baseline $((BASE >> 20)) MiB + 1/$frac of the $((EXP >> 10)) KiB of experts")
+    done
+  fi
+  # a share of 0 (a limit at or under the baseline): mole's auto, the least a token needs
+  for i in "${!BUDGETS[@]}"; do if [ "${BUDGETS[i]}" = 0 ]; then BUDGETS[i]=auto; fi; done
+fi
+for li in "${!LIMITS[@]}"; do
+  LIMIT=${LIMITS[$li]}
+  BUDGET_ARGS=()
+  [ -n "${BUDGETS[$li]}" ] && BUDGET_ARGS=(--expert-budget "${BUDGETS[$li]}")
+  echo "== memory limit $((LIMIT >> 20)) MiB (${WHY[$li]})${BUDGET_ARGS[*]:+; mole ${BUDGET_ARGS[*]}}"
   raw_bw
   for pass in $(seq 1 "$PASSES"); do
     order=("${CONFIGS[@]}")
@@ -175,7 +280,7 @@ for k in seen:
 PY
 
 echo "== quality of mixed precision ($KLD_POSITIONS positions, against high precision)"
-KT=$OUT/offload-kld.tsv
+KT=$OUT/offload$TAG-kld.tsv
 printf "t1\tt2\tkld_mean\ttop1\n" >"$KT"
 for tt in "1 1" "0.6 0.9" "0.5 0.9" "0.5 0.75" "0.5 0.5"; do
   set -- $tt
@@ -183,12 +288,21 @@ for tt in "1 1" "0.6 0.9" "0.5 0.9" "0.5 0.75" "0.5 0.5"; do
   python3 -c 'import json,sys; d=json.loads(sys.argv[3]); print("%s\t%s\t%.5f\t%.4f"%(sys.argv[1],sys.argv[2],d["kld_mean"],d["top1_agreement"]))' "$1" "$2" "$j" | tee -a "$KT"
 done
 
-# for scale: the whole model in Q4_0 (same random weights) against Q8_0
-Q4=$MODELS/mixtral-0.8b-q4_0.gguf
-[ -f "$Q4" ] || "$MOLE" synth --arch mixtral --embd 1024 --layers 8 --experts 8 --used 2 --ff 3584 --vocab 32000 \
-  --type q4_0 --seed 7 -o "$Q4" >&2
-j=$("$MOLE" kld -m "$Q4" --ref "$SRC" --expert-budget 0 -n "$KLD_POSITIONS" -t "$THREADS" --json)
-python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("all-q4_0\t-\t%.5f\t%.4f"%(d["kld_mean"],d["top1_agreement"]))' "$j" | tee -a "$KT"
+if [ -z "${MODEL:-}" ]; then
+  # for scale: the whole model in Q4_0 (same random weights) against Q8_0
+  Q4=$MODELS/mixtral-0.8b-q4_0.gguf
+  [ -f "$Q4" ] || "$MOLE" synth --arch mixtral --embd 1024 --layers 8 --experts 8 --used 2 --ff 3584 --vocab 32000 \
+    --type q4_0 --seed 7 -o "$Q4" >&2
+  j=$("$MOLE" kld -m "$Q4" --ref "$SRC" --expert-budget 0 -n "$KLD_POSITIONS" -t "$THREADS" --json)
+  python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("all-q4_0\t-\t%.5f\t%.4f"%(d["kld_mean"],d["top1_agreement"]))' "$j" | tee -a "$KT"
+else
+  # for scale: every expert in Q4_0 (packed with Q4_0 high copies), against
+  # the same reference as the rows above (the packed model's Q8_0 copies)
+  Q4=$MODELS/$NAME-experts-q4_0-packed.gguf
+  [ "$Q4" -nt "$SRC" ] || "$MOLE" pack "$SRC" -o "$Q4" --high q4_0 -t "$THREADS" >&2
+  j=$("$MOLE" kld -m "$Q4" --ref "$PACKED" --expert-budget 0 -n "$KLD_POSITIONS" -t "$THREADS" --json)
+  python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("experts-q4_0\t-\t%.5f\t%.4f"%(d["kld_mean"],d["top1_agreement"]))' "$j" | tee -a "$KT"
+fi
 
 python3 - "$TSV" "$RAW_GBS" <<'PY'
 import csv,sys
@@ -203,42 +317,50 @@ for lim in sorted({r["limit_mib"] for r in rows}, key=int, reverse=True):
     s=[float(r["stall_gbps"]) for r in g.values() if r["stall_gbps"] not in ("-","FAIL") and float(r["stall_gbps"])>0]
     if s: print(f"disk while stalled on misses: {min(s):.2f}-{max(s):.2f} GB/s = {100*min(s)/raw:.0f}-{100*max(s)/raw:.0f}% of raw O_DIRECT {raw:.2f} GB/s (target >= 80%)", end="")
     print()
+    # every configuration against llama.cpp and against high-only LRU
+    if "llama.cpp" in g and not ll:
+        print(f"  llama.cpp could not run under {lim} MiB (tg {g['llama.cpp']['tg_tps']}, oom kills {g['llama.cpp']['oom']})")
+    print("  %-24s %9s %11s %7s %7s %9s %9s" % ("config", "t/s", "/llama.cpp", "/lru", "hit", "MiB/tok", "peak MiB"))
+    for c, r in g.items():
+        t = f(c)
+        ratio = lambda b: "%.2fx" % (t / b) if t and b else "-"
+        print("  %-24s %9s %11s %7s %7s %9s %9s" % (c, r["tg_tps"], ratio(ll), ratio(lru), r["hit_rate"], r["mib_per_token"], r["peak_mib"]))
 PY
 
 if command -v gnuplot >/dev/null; then
-  python3 - "$TSV" "$OUT" <<'PY'
+  python3 - "$TSV" "$OUT/offload$TAG" <<'PY'
 import csv,sys
 rows=list(csv.DictReader(open(sys.argv[1]),delimiter="\t")); out=sys.argv[2]
 cfgs=[c for c in dict.fromkeys(r["config"] for r in rows)]
 lims=sorted({int(r["limit_mib"]) for r in rows})
-with open(out+"/offload-tps.dat","w") as f:
+with open(out+"-tps.dat","w") as f:
     f.write("limit "+" ".join('"%s"'%c for c in cfgs)+"\n")
     for l in lims:
         g={r["config"]:r for r in rows if int(r["limit_mib"])==l}
         f.write(str(l)+" "+" ".join(g[c]["tg_tps"] if c in g and g[c]["tg_tps"] not in("FAIL","-") else "?" for c in cfgs)+"\n")
 for key,name in (("mib_per_token","bytes"),("hit_rate","hits")):
-    with open(out+"/offload-%s.dat"%name,"w") as f:
+    with open(out+"-%s.dat"%name,"w") as f:
         f.write("config "+" ".join('"%d MiB"'%l for l in lims)+"\n")
         for c in cfgs:
             if c=="llama.cpp": continue
             f.write('"%s" '%c+" ".join(next((r[key] for r in rows if r["config"]==c and int(r["limit_mib"])==l),"?") for l in lims)+"\n")
 n=len(cfgs)
-open(out+"/offload.gp","w").write(f"""set terminal png size 900,540
+open(out+".gp","w").write(f"""set terminal png size 900,540
 set datafile missing "?"
 set key outside right
-set output "{out}/offload-tps.png"
+set output "{out}-tps.png"
 set title "generation speed vs memory limit (log scale)"
 set xlabel "memory limit (MiB)"; set ylabel "tokens/s"; set logscale y
-plot for [i=2:{n+1}] "{out}/offload-tps.dat" using 1:i with linespoints title columnhead(i)
+plot for [i=2:{n+1}] "{out}-tps.dat" using 1:i with linespoints title columnhead(i)
 unset logscale y
 set style data histograms; set style fill solid 0.8; set xtics rotate by -30
-set output "{out}/offload-bytes.png"
+set output "{out}-bytes.png"
 set title "expert bytes read per token"; set xlabel ""; set ylabel "MiB / token"
-plot for [i=2:{len(lims)+1}] "{out}/offload-bytes.dat" using i:xtic(1) title columnhead(i)
-set output "{out}/offload-hits.png"
+plot for [i=2:{len(lims)+1}] "{out}-bytes.dat" using i:xtic(1) title columnhead(i)
+set output "{out}-hits.png"
 set title "expert cache hit rate per configuration"; set ylabel "hit rate"; set yrange [0:1]
-plot for [i=2:{len(lims)+1}] "{out}/offload-hits.dat" using i:xtic(1) title columnhead(i)
+plot for [i=2:{len(lims)+1}] "{out}-hits.dat" using i:xtic(1) title columnhead(i)
 """)
 PY
-  gnuplot "$OUT/offload.gp" && echo "plots: $OUT/offload-tps.png $OUT/offload-bytes.png $OUT/offload-hits.png"
+  if gnuplot "$OUT/offload$TAG.gp"; then echo "plots: $OUT/offload$TAG-tps.png $OUT/offload$TAG-bytes.png $OUT/offload$TAG-hits.png"; fi
 fi
