@@ -6,19 +6,7 @@ M=${MOLE_BIN:?}
 D=${MOLE_SOURCE_DIR:?}/tests/data/conformance
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-fails=0
-check() {  # check NAME WANT_RC NEEDLE -- cmd...
-  local name=$1 want=$2 needle=$3
-  shift 4
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ "$rc" != "$want" ] || ! grep -qF -- "$needle" <<<"$out"; then
-    echo "FAIL $name: rc=$rc (want $want), output lacks '$needle':"
-    echo "$out" | head -5
-    fails=$((fails + 1))
-  fi
-}
+source "$(dirname "$0")/lib.sh"  # fails, fail, check
 check help 0 "commands:" -- "$M" --help
 check unknown-cmd 2 "unknown command 'frobnicate'" -- "$M" frobnicate
 check logits-no-model 2 "-m FILE is required" -- "$M" logits --tokens 1 -o "$T/x"
@@ -33,7 +21,7 @@ check synth-bad-arch 1 "not one of mixtral" -- "$M" synth --arch gpt5 -o "$T/x.g
 check synth-bad-type 2 "unknown type 'q3_q'" -- "$M" synth --type q3_q -o "$T/x.gguf"
 check chat-bad-template 2 "unknown template 'nope'" -- "$M" chat -m "$D/models/mixtral.gguf" --template nope
 check inspect-not-gguf 1 "magic" -- "$M" inspect "$D/refs/mixtral/ref.json"
-for c in run chat logits bench synth inspect tokenize kld pack cachesim; do check "help-$c" 0 "usage: mole $c" -- "$M" "$c" --help; done
+for c in run chat logits bench synth inspect tokenize kld pack cachesim perplexity; do check "help-$c" 0 "usage: mole $c" -- "$M" "$c" --help; done
 
 # logits: batch and one-by-one write [n][n_vocab] floats
 "$M" logits -m "$D/models/mixtral.gguf" --tokens 1,2,3 -o "$T/a.f32" --kv-type f32 || fails=$((fails + 1))

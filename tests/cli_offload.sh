@@ -7,19 +7,7 @@ set -uo pipefail
 M=${MOLE_BIN:?}
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-fails=0
-check() {  # check NAME WANT_RC NEEDLE -- cmd...
-  local name=$1 want=$2 needle=$3
-  shift 4
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ "$rc" != "$want" ] || ! grep -qF -- "$needle" <<<"$out"; then
-    echo "FAIL $name: rc=$rc (want $want), output lacks '$needle':"
-    echo "$out" | head -5
-    fails=$((fails + 1))
-  fi
-}
+source "$(dirname "$0")/lib.sh"  # fails, fail, check
 same() {  # same NAME A B
   cmp -s "$2" "$3" || { echo "FAIL $1: $2 and $3 differ"; fails=$((fails + 1)); }
 }

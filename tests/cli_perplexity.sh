@@ -7,20 +7,7 @@ M=${MOLE_BIN:?}
 D=${MOLE_SOURCE_DIR:?}/tests/data/conformance
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
-check() {  # check NAME WANT_RC NEEDLE -- cmd...
-  local name=$1 want=$2 needle=$3
-  shift 4
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ "$rc" != "$want" ] || ! grep -qF -- "$needle" <<<"$out"; then
-    echo "FAIL $name: rc=$rc (want $want), output lacks '$needle':"
-    echo "$out" | head -5
-    fails=$((fails + 1))
-  fi
-}
+source "$(dirname "$0")/lib.sh"  # fails, fail, check
 final() { sed -n 's/^Final estimate: PPL = \([0-9.]*\) +\/- \([0-9.]*\)$/\1/p' <<<"$1"; }
 n_chunks() { grep -o '\[[0-9]*\][0-9.]*,' <<<"$1" | wc -l; }
 same4() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-4 * a) }'; }
