@@ -64,7 +64,7 @@ static void profile_compute(mole_model *m, quant_type t, size_t mib, rank_profil
   for (int64_t j = 0; j < nt; j++) vt->from_float(f, X + (size_t)j * quant_row_size(tr->vec_dot_type, k), k);
   const bool r16 = quant_r16_preferred(t, rows);
   if (r16) quant_r16_pack(t, W, R, k, rows, 0, rows / 16);
-  model_tensor w = {r16 ? R : W, t, k, rows, 1, rb, rb * (size_t)rows, r16 ? QL_R16 : QL_ROWS};
+  model_tensor w = {r16 ? R : W, t, k, rows, 1, rb, rb * (size_t)rows, r16 ? QL_R16 : QL_ROWS, NULL};
   const size_t xs = quant_row_size(tr->vec_dot_type, k);
   // Sustained rates: repetitions over a window of wall time, not the best
   // single one, so that a process under a CPU quota (cgroup cpu.cfs_quota_us:

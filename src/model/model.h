@@ -47,6 +47,7 @@ typedef struct model_tensor {
   size_t row_bytes;       // bytes from one row to the next
   size_t mat_bytes;       // bytes of one [ne1][ne0] matrix (experts: stride between experts)
   quant_layout layout;    // QL_ROWS as in the file, or QL_R16 (repacked at load, each matrix on its own)
+  const void *book;       // QT_TQ1 (compressed experts): the file's dictionary (tq_book)
 } model_tensor;
 
 typedef struct model_layer {
@@ -129,6 +130,14 @@ typedef struct model_comm {
   void (*close)(void *ctx);
 } model_comm;
 
+// A hook on the routed experts of every MoE layer (mole compress's
+// calibration, src/compress/): called with the layer's FFN input rows xn
+// [n][n_embd] and the routing (sel, w [n][n_expert_used]); returns true when
+// it has written the routed experts' weighted output y [n][n_embd] itself,
+// false to let the provider's experts compute it.
+typedef bool (*model_moe_hook)(void *ctx, int64_t layer, int64_t n, const float *xn, const int32_t *sel,
+                               const float *w, float *y);
+
 struct mole_model {
   gguf_file *gguf;
   model_comm comm;         // several processes (src/dist/); zeroed for one
@@ -146,6 +155,8 @@ struct mole_model {
   int n_threads;
   mole_offload_params offload;
   struct experts *experts;  // expert provider (experts/experts.h); NULL for dense models
+  model_moe_hook moe_hook;  // NULL but while compressing
+  void *moe_hook_ctx;
   uint8_t *image;          // weights image (image.c), NULL with use_mmap
   size_t image_size;       // its reserved span (a mirror of the file)
   int64_t image_bytes;     // the bytes copied into it

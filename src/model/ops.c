@@ -137,7 +137,7 @@ static void mm_worker(void *ctx, int ith, int nth) {
     const model_tensor *w = mm->w;
     const int64_t r0 = (c - job->first[t]) * 16, r1 = MOLE_MIN((end - job->first[t]) * 16, w->ne1);
     const char *base = (const char *)w->data + (size_t)mm->mat * w->mat_bytes;
-    const quant_op op = {w->ne1, mm->expert, mm->n_seg, mm->seg_ends};
+    const quant_op op = {w->ne1, mm->expert, mm->n_seg, mm->seg_ends, w->book};
     quant_gemm_op(w->type, w->layout, base, w->row_bytes, mm->x, mm->xstride, mm->y, mm->ldy, r0, r1, mm->n_tok, w->ne0,
                   &op);
     c = atomic_load_explicit(&job->next, memory_order_relaxed);

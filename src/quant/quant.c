@@ -6,6 +6,7 @@
 
 #include "quant/quant_exact.h"
 #include "quant/quant_internal.h"
+#include "quant/quant_tq.h"
 
 // ---- f16 / bf16 -------------------------------------------------------------
 // Bit-exact with F16C (vcvtps2ph round-to-nearest-even, vcvtph2ps): IEEE
@@ -81,6 +82,9 @@ static quant_traits g_ref[QT_COUNT] = {
     [QT_Q3_K] = REF(q3_K, QT_Q8_K, true),  [QT_Q4_K] = REF(q4_K, QT_Q8_K, true),
     [QT_Q5_K] = REF(q5_K, QT_Q8_K, true),  [QT_Q6_K] = REF(q6_K, QT_Q8_K, true),
     [QT_Q8_K] = REF(q8_K, QT_Q8_K, true),
+    // blobs (quant_tq.h): no per-row conversions; quant_gemm_op computes them
+    [QT_TQ1] = {.name = "tq1_dict", .is_quantized = true, .vec_dot_type = QT_F32},
+    [QT_TQ2] = {.name = "tq2_row", .is_quantized = true, .vec_dot_type = QT_F32},
 };
 #undef REF
 
@@ -99,7 +103,7 @@ static void fill_ref(void) {
   DOT(q5_K, QT_Q5_K) DOT(q6_K, QT_Q6_K)
 #undef DOT
   for (int t = 0; t < QT_COUNT; t++) {
-    if (!g_ref[t].name) continue;
+    if (!g_ref[t].name || quant_is_blob(t)) continue;
     g_ref[t].name = quant_type_name((uint32_t)t);  // lower-case canonical spelling
     g_ref[t].blck_size = quant_blck_size((uint32_t)t);
     g_ref[t].type_size = quant_type_size((uint32_t)t);
@@ -145,6 +149,11 @@ static void apply_level(int level) {
 bool quant_r16_preferred(quant_type t, int64_t n_rows) {
   quant_init();
   return g_level >= 2 && quant_r16_supported(t, n_rows);
+}
+
+int quant_level(void) {
+  quant_init();
+  return g_level;
 }
 
 int quant_cpu_isa(void) {
@@ -234,6 +243,17 @@ static void gemm_r16_rows(quant_type wt, const void *W, size_t wstride, const vo
 
 void quant_gemm_op(quant_type wt, quant_layout lay, const void *W, size_t wstride, const void *X, size_t xstride,
                    float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k, const quant_op *op) {
+  if (quant_is_blob(wt)) {  // one blob of op->n_rows rows; float activations
+    MOLE_ASSERT(lay == QL_ROWS && op->n_rows > 0 && i0 >= 0 && i0 <= i1 && i1 <= op->n_rows && (i0 % 16 == 0 || i1 == op->n_rows));
+    if (i0 == i1 || n_tok == 0) return;
+    if (wt == QT_TQ1) {
+      MOLE_ASSERT(op->book);
+      quant_tq1_gemm(op->book, W, op->n_rows, X, xstride, Y, ldy, i0, i1, n_tok, k);
+    } else {
+      quant_tq2_gemm(W, op->n_rows, X, xstride, Y, ldy, i0, i1, n_tok, k);
+    }
+    return;
+  }
   const quant_traits *tr = quant_traits_of(wt);
   MOLE_ASSERT(tr && tr->vec_dot);
   MOLE_ASSERT(k % tr->blck_size == 0 && i0 >= 0 && i0 <= i1 && n_tok >= 0);

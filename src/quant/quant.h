@@ -22,8 +22,15 @@ typedef enum {
   QT_Q6_K = 14,
   QT_Q8_K = 15,
   QT_BF16 = 30,
-  QT_COUNT = 40,  // ids below this may be known to the table
+  // mole's compressed expert matrices (quant_tq.h): one blob per matrix, not
+  // blocks; never a GGUF tensor's type (files store them as I8 bytes)
+  QT_TQ1 = 40,  // ternary, dictionary-coded
+  QT_TQ2 = 41,  // 2-bit, per-row grid
+  QT_COUNT = 42,  // ids below this may be known to the table
 } quant_type;
+
+// Compressed expert matrices (quant_tq.h): blobs, not rows of blocks.
+static inline bool quant_is_blob(int t) { return t == QT_TQ1 || t == QT_TQ2; }
 
 // x: one row of this type; y: one row of `vec_dot_type`; n: elements.
 typedef void (*quant_to_float_fn)(const void *restrict x, float *restrict y, int64_t n);
@@ -95,6 +102,7 @@ typedef struct quant_op {
   // mul_mat of that segment's tokens alone (n_seg 0: one segment of n_tok).
   int64_t n_seg;
   const int64_t *seg_ends;  // [n_seg] cumulative token counts
+  const void *book;         // QT_TQ1: the model's dictionary (tq_book, quant_tq.h)
 } quant_op;
 
 // Y[j][i] = dot(W row i, X row j) for i in [i0, i1), j in [0, n_tok).

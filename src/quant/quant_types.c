@@ -27,6 +27,9 @@ static const type_geom k_geom[QT_COUNT] = {
     [35] = {"tq2_0", 256, 66},   [39] = {"mxfp4", 32, 17},
 };
 
+// mole's own blob types (quant_tq.h): named, but unknown to GGUF files
+static const char *blob_name(uint32_t t) { return t == QT_TQ1 ? "tq1_dict" : t == QT_TQ2 ? "tq2_row" : NULL; }
+
 bool quant_type_known(uint32_t t) { return t < QT_COUNT && k_geom[t].name != NULL; }
 
 int64_t quant_blck_size(uint32_t t) { return quant_type_known(t) ? k_geom[t].blck : 0; }
@@ -36,6 +39,7 @@ size_t quant_type_size(uint32_t t) { return quant_type_known(t) ? k_geom[t].size
 const char *quant_type_name(uint32_t t) {
   static _Thread_local char buf[32];
   if (quant_type_known(t)) return k_geom[t].name;
+  if (blob_name(t)) return blob_name(t);
   snprintf(buf, sizeof buf, "type#%u", t);
   return buf;
 }
