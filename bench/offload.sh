@@ -26,6 +26,9 @@
 # "stalled GB/s": bytes the disk delivered while the forward pass waited for
 # reads / that time; "busy GB/s": bytes read / the time reads were in flight
 # (completions are noticed when reaped, so it errs low).
+# LOW=TYPE|FILE: the low-precision copies (default q4_0): a type, or a compressed
+# model of MODEL (mole compress) whose experts become the low tier; outputs are
+# tagged with it. ONLY="name ...": run only these configurations (names below).
 # Needs root for the cgroups (without it, runs unconstrained and says so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,13 +40,17 @@ OUT=bench/out
 if [ -n "${MODEL:-}" ]; then
   [ -f "$MODEL" ] || { echo "offload: MODEL=$MODEL: no such file" >&2; exit 1; }
   NAME=$(basename "$MODEL" .gguf)
-  TAG=-$NAME  # in every output's name, so the synthesized model's stay
+  LOW=${LOW:-q4_0}
+  LOWTAG=$([ -f "$LOW" ] && basename "$LOW" .gguf || echo "$LOW")
+  TAG=-$NAME$([ "$LOW" = q4_0 ] || echo "-low-$LOWTAG")  # in every output's name, so the synthesized model's stay
   MODELS=models/bench
   mkdir -p "$MODELS" "$OUT"
   SRC=$MODEL
-  PACKED=$MODELS/$NAME-packed.gguf
-  # repacked when the model is newer (a checkpoint replaced under the same name)
-  [ "$PACKED" -nt "$SRC" ] || "$MOLE" pack "$SRC" -o "$PACKED" --high q8_0 --low q4_0 -t "$THREADS" >&2
+  PACKED=$MODELS/$NAME-packed$([ "$LOW" = q4_0 ] || echo "-low-$LOWTAG").gguf
+  # repacked when the model (or the low file) is newer (a checkpoint replaced under the same name)
+  if [ ! "$PACKED" -nt "$SRC" ] || { [ -f "$LOW" ] && [ ! "$PACKED" -nt "$LOW" ]; }; then
+    "$MOLE" pack "$SRC" -o "$PACKED" --high q8_0 --low "$LOW" -t "$THREADS" >&2
+  fi
 else
   TAG=""
   # the models depend on synth's revision (r2: larger token embeddings, see synth.c)
@@ -161,6 +168,14 @@ CONFIGS=(
   "hobbit+mixed|--cache-policy hobbit --prefetch-depth 0 $MIXED"
   "hobbit+prefetch+mixed|--cache-policy hobbit --prefetch-depth -1 $MIXED"
 )
+if [ -n "${ONLY:-}" ]; then
+  keep=()
+  for c in "${CONFIGS[@]}"; do
+    for o in $ONLY; do [ "${c%%|*}" = "$o" ] && keep+=("$c"); done
+  done
+  [ ${#keep[@]} -gt 0 ] || { echo "offload: ONLY='$ONLY' names no configuration" >&2; exit 1; }
+  CONFIGS=("${keep[@]}")
+fi
 # The disk of a cloud VM drifts over minutes: every configuration runs PASSES
 # times, in order then in reverse order, so drift does not favour the
 # configurations that come first; the table has the means.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes the GGUF reader: builds fuzz_gguf with clang (libFuzzer, ASan+UBSan)
+# Fuzzes the GGUF reader, and the dictionary/blob checks of compressed experts
+# (fuzz_tq, FUZZ_TQ_SECONDS, default 30): builds fuzz_gguf and fuzz_tq with clang (libFuzzer, ASan+UBSan)
 # in build-fuzz, seeds a corpus from the small conformance GGUF files plus a
 # few hand-made ones, and runs it for FUZZ_SECONDS (default 60). Fails on any
 # crash, leak or sanitizer report; quiet on success apart from one line.
@@ -11,9 +12,9 @@ mkdir -p "$build"
 log=$build/fuzz-build.log
 if ! { CC=clang cmake -S . -B "$build" -DMOLE_FUZZ=ON -DMOLE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Release \
          -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link" &&
-       cmake --build "$build" -j "$(nproc)" --target fuzz_gguf; } >"$log" 2>&1; then
+       cmake --build "$build" -j "$(nproc)" --target fuzz_gguf fuzz_tq; } >"$log" 2>&1; then
   tail -n 40 "$log" >&2
-  echo "fuzz: building fuzz_gguf failed (full log: $log)" >&2
+  echo "fuzz: building the fuzzers failed (full log: $log)" >&2
   exit 1
 fi
 
@@ -56,3 +57,32 @@ if [ $rc -ne 0 ]; then
 fi
 execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$run_log" | tail -n 1)
 echo "fuzz: fuzz_gguf ran ${secs}s, ${execs:-?} inputs, corpus $(ls "$corpus" | wc -l) files, no crashes"
+
+# fuzz_tq: seeds are valid inputs (a dictionary of the 9 one-pair runs and a
+# few longer ones, and a blob of 3 rows), from which the mutator starts
+secs_tq=${FUZZ_TQ_SECONDS:-30}
+corpus_tq=$build/corpus-tq
+mkdir -p "$corpus_tq"
+python3 - "$corpus_tq" <<'PY'
+import struct,sys
+d=sys.argv[1]
+book=b"".join(struct.pack("<HB",0,s) for s in range(9)) + struct.pack("<HB",4+1,4) + struct.pack("<HB",9+1,4)
+n=len(book)//3
+# 3 rows of k=8 (4 pairs): codes per row: [entry 10 = 3 zero pairs, symbol 0], [0,1,2,3], [9 = 2 zero pairs, 9]
+codes=[10,0, 0,1,2,3, 9,9]
+blob=struct.pack("<II",0,len(codes)) + struct.pack("<HHH",0x3c00,0x4000,0x3800) + struct.pack("<%dH"%len(codes),*codes)
+open(d+"/seed-3x8","wb").write(bytes([2,3])+struct.pack("<H",n)+book+blob)
+PY
+run_log=$build/fuzz-tq-run.log
+set +e
+"$build/fuzz_tq" "$corpus_tq" -max_total_time="$secs_tq" -max_len=65536 -timeout=20 -rss_limit_mb=4096 \
+  -print_final_stats=1 -artifact_prefix="$build/crash-tq-" >"$run_log" 2>&1
+rc=$?
+set -e
+if [ $rc -ne 0 ]; then
+  tail -n 60 "$run_log" >&2
+  echo "fuzz: fuzz_tq FAILED (exit $rc); the input is saved as $build/crash-tq-*; full log: $run_log" >&2
+  exit 1
+fi
+execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$run_log" | tail -n 1)
+echo "fuzz: fuzz_tq ran ${secs_tq}s, ${execs:-?} inputs, corpus $(ls "$corpus_tq" | wc -l) files, no crashes"

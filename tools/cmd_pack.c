@@ -1,6 +1,7 @@
 // mole pack: rewrites a MoE GGUF as a packed expert store (docs/FORMAT.md).
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "cli.h"
@@ -9,15 +10,17 @@
 #include "quant/quant.h"
 
 static const char *k_help =
-    "usage: mole pack IN.gguf -o OUT.gguf [--high TYPE] [--low TYPE]\n"
+    "usage: mole pack IN.gguf -o OUT.gguf [--high TYPE] [--low TYPE|FILE]\n"
     "Writes a packed expert store: the model with every expert of every layer as one\n"
     "4 KiB-aligned region per precision (gate, up, down together), so one expert in one\n"
     "precision is one read. Non-expert tensors and metadata are copied unchanged.\n"
     "  -o FILE        output (required)\n"
     "  --high TYPE    type of the high-precision copies: keep (each matrix's source type,\n"
     "                 an exact copy), q8_0, q6_k, q5_k, q4_k, q5_0, q4_0, f16, ... (default: keep)\n"
-    "  --low TYPE     type of the low-precision copies, or none (default: none);\n"
-    "                 used for experts whose unimportance is in (t1, t2] (--t1, --t2)\n"
+    "  --low TYPE|FILE  type of the low-precision copies, or none (default: none), or a\n"
+    "                 compressed model of the same source (mole compress: ternary or 2-bit\n"
+    "                 experts, copied as they are); used for experts whose unimportance\n"
+    "                 is in (t1, t2] (--t1, --t2)\n"
     "  -t N           threads (default: all cores)\n";
 
 static int parse_type(const char *flag, const char *v, bool allow_keep, bool allow_none, int *out) {
@@ -42,7 +45,7 @@ static int parse_type(const char *flag, const char *v, bool allow_keep, bool all
 
 int cmd_pack(int argc, char **argv) {
   quant_init();
-  const char *in = NULL, *out = NULL;
+  const char *in = NULL, *out = NULL, *low_file = NULL;
   experts_pack_params p = {.high = -1, .low = -1};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
@@ -55,7 +58,11 @@ int cmd_pack(int argc, char **argv) {
     } else if (!strcmp(a, "--high")) {
       if (!(v = cli_value(argc, argv, &i)) || parse_type(a, v, true, false, &p.high)) return 2;
     } else if (!strcmp(a, "--low")) {
-      if (!(v = cli_value(argc, argv, &i)) || parse_type(a, v, false, true, &p.low)) return 2;
+      if (!(v = cli_value(argc, argv, &i))) return 2;
+      if (quant_type_from_name(v) < 0 && strcmp(v, "none") && access(v, F_OK) == 0)
+        low_file = v;  // a compressed model
+      else if (parse_type(a, v, false, true, &p.low))
+        return 2;
     } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
       if (!(v = cli_value(argc, argv, &i)) || cli_parse_i64(a, v, 0, 1024, &x)) return 2;
       p.n_threads = (int)x;
@@ -70,7 +77,15 @@ int cmd_pack(int argc, char **argv) {
   if (!in) return cli_usage_error("pack", "no input model given");
   if (!out) return cli_usage_error("pack", "-o FILE is required");
   if (!strcmp(in, out)) return cli_usage_error("pack", "the output must not be the input");
-  mole_status st = experts_pack(in, out, &p, stderr);
+  if (low_file && !strcmp(low_file, out)) return cli_usage_error("pack", "the output must not be the --low file");
+  experts_pack_src *src = NULL;
+  mole_status st = MOLE_OK;
+  if (low_file && !(st = experts_pack_tier_open(low_file, in, &src))) {
+    p.tier[1] = experts_pack_src_tier(src);
+    p.book = experts_pack_src_book(src, &p.book_n);
+  }
+  if (!st) st = experts_pack(in, out, &p, stderr);
+  experts_pack_tier_close(src);
   if (st) return cli_error("pack", st);
   return 0;
 }

@@ -25,13 +25,15 @@
 #include "tokenizer/tokenizer.h"
 
 static const char *k_help =
-    "usage: mole perplexity -m FILE -f TEXT [-c N] [-b N] [--chunks N] [options]\n"
+    "usage: mole perplexity -m FILE -f TEXT [-c N] [-b N] [--chunks N] [--ref FILE] [options]\n"
     "Perplexity of a text file, counted and chunked as llama.cpp's llama-perplexity does\n"
     "(chunks of -c tokens from an empty cache, BOS first when the vocabulary adds it, the\n"
     "second half of each chunk scored). Running estimates and the final line go to stdout,\n"
     "progress to stderr.\n" CLI_MODEL_HELP
     "  -f, --file FILE      the text (required); needs at least 2 * -c tokens\n"
     "      --chunks N       score only the first N chunks (default: -1, all)\n"
+    "      --ref FILE       also compare every scored position with this reference model (same\n"
+    "                       vocabulary, same flags): KL(ref || model) and top-1 agreement\n"
     "here -c defaults to 512 as in llama-perplexity (0 = the model's training context),\n"
     "and -b (tokens per forward pass, default 512) is at most -c.\n";
 
@@ -87,6 +89,30 @@ static double nll_of(const float *lg, int64_t V, int32_t tok) {
   return -((double)(lg[tok] - mx) - log(sum));
 }
 
+// KL(p || q) of two rows of logits (reference p, model q) in double, and
+// whether their argmaxes agree.
+static double kl_of(const float *p, const float *q, int64_t V, bool *same) {
+  double mp = p[0], mq = q[0];
+  int64_t ap = 0, aq = 0;
+  for (int64_t i = 1; i < V; i++) {
+    if (p[i] > mp) mp = p[i], ap = i;
+    if (q[i] > mq) mq = q[i], aq = i;
+  }
+  double sp = 0, sq = 0;
+  for (int64_t i = 0; i < V; i++) {
+    sp += exp((double)p[i] - mp);
+    sq += exp((double)q[i] - mq);
+  }
+  const double lp = log(sp) + mp, lq = log(sq) + mq;
+  double kl = 0;
+  for (int64_t i = 0; i < V; i++) {
+    const double a = (double)p[i] - lp;
+    kl += exp(a) * (a - ((double)q[i] - lq));
+  }
+  *same = ap == aq;
+  return kl > 0 ? kl : 0;
+}
+
 static int too_few(const char *path, int64_t n_tok, int64_t n_ctx) {
   fprintf(stderr,
           "mole perplexity: -f: '%s' tokenizes to only %lld tokens; a context of %lld (-c) needs at least %lld "
@@ -97,7 +123,7 @@ static int too_few(const char *path, int64_t n_tok, int64_t n_ctx) {
 
 int cmd_perplexity(int argc, char **argv) {
   cli_model_opts mo = {.ctx = -1};  // -1: -c not given
-  const char *path = NULL;
+  const char *path = NULL, *ref = NULL;
   int64_t n_chunks_max = -1;
   for (int i = 1; i < argc; i++) {
     int r = cli_model_flag(argc, argv, &i, &mo);
@@ -109,6 +135,8 @@ int cmd_perplexity(int argc, char **argv) {
       return 0;
     } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
       if (!(path = cli_value(argc, argv, &i))) return 2;
+    } else if (!strcmp(a, "--ref")) {
+      if (!(ref = cli_value(argc, argv, &i))) return 2;
     } else if (!strcmp(a, "--chunks")) {
       if (!(v = cli_value(argc, argv, &i)) || cli_parse_i64(a, v, -1, INT32_MAX, &n_chunks_max)) return 2;
       if (n_chunks_max == 0) return cli_usage_error("perplexity", "--chunks: 0 chunks; give -1 (all) or N >= 1");
@@ -130,8 +158,9 @@ int cmd_perplexity(int argc, char **argv) {
   int32_t *toks = NULL;
   int64_t n_tok = 0;
   mole_model *m = NULL;
-  mole_session *s = NULL;
-  float *lg = NULL;
+  mole_session *s = NULL, *rs = NULL;
+  mole_model *rm = NULL;
+  float *lg = NULL, *rlg = NULL;
   mole_status st;
   size_t len = 0;
   if (!(text = read_text(path, &len))) goto done;
@@ -183,6 +212,16 @@ int cmd_perplexity(int argc, char **argv) {
   mo.batch = n_batch;
   if (cli_open(&mo, &m, &s)) goto done;
   const int64_t V = mole_model_n_vocab(m);
+  if (ref) {
+    cli_model_opts ro = mo;
+    ro.model = ref;
+    if (cli_open(&ro, &rm, &rs)) goto done;
+    if (mole_model_n_vocab(rm) != V) {
+      fprintf(stderr, "mole perplexity: --ref '%s' has %lld tokens in its vocabulary, '%s' %lld\n", ref,
+              (long long)mole_model_n_vocab(rm), mo.model, (long long)V);
+      goto done;
+    }
+  }
   for (int64_t i = 0; i < n_tok; i++)
     if (toks[i] < 0 || toks[i] >= V) {
       fprintf(stderr, "mole perplexity: token %d at index %lld is outside the model's vocabulary (0..%lld)\n",
@@ -200,12 +239,13 @@ int cmd_perplexity(int argc, char **argv) {
   fprintf(stderr, "mole perplexity: '%s': %lld tokens, %lld chunks of %lld (batch %lld), scoring %lld tokens each\n",
           path, (long long)n_tok, (long long)n_chunk, (long long)n_ctx, (long long)n_batch,
           (long long)(n_ctx - first - 1));
-  if (!(lg = malloc((size_t)n_batch * (size_t)V * sizeof *lg))) {
+  if (!(lg = malloc((size_t)n_batch * (size_t)V * sizeof *lg)) ||
+      (ref && !(rlg = malloc((size_t)n_batch * (size_t)V * sizeof *rlg)))) {
     fprintf(stderr, "mole perplexity: out of memory for the logits of %lld tokens\n", (long long)n_batch);
     goto done;
   }
-  double nll = 0, nll2 = 0;
-  int64_t count = 0;
+  double nll = 0, nll2 = 0, kld = 0, kld2 = 0;
+  int64_t count = 0, same_top = 0;
   const bool tty = isatty(fileno(stderr));  // progress on one line on a terminal
   const int64_t t_start = mole_time_us();
   for (int64_t c = 0; c < n_chunk; c++) {
@@ -213,11 +253,13 @@ int cmd_perplexity(int argc, char **argv) {
     const int32_t tok0 = chunk[0];
     if (add_bos) chunk[0] = bos;  // evaluated with BOS first; scored against the text
     mole_session_reset(s);
+    if (rs) mole_session_reset(rs);
     st = MOLE_OK;
     for (int64_t b0 = 0; b0 < n_ctx && !st; b0 += n_batch) {
       const int64_t nb = MOLE_MIN(n_batch, n_ctx - b0);
       const bool scored = b0 + nb > first;  // some row of this piece is a scored position
       st = mole_session_eval(s, chunk + b0, nb, scored ? lg : NULL, true);
+      if (!st && rs) st = mole_session_eval(rs, chunk + b0, nb, scored ? rlg : NULL, true);
       if (st || !scored) continue;
       // row p predicts token p + 1; positions first .. n_ctx-2 are scored
       for (int64_t p = MOLE_MAX(first, b0); p < b0 + nb && p < n_ctx - 1; p++) {
@@ -225,6 +267,13 @@ int cmd_perplexity(int argc, char **argv) {
         nll += v;
         nll2 += v * v;
         count++;
+        if (rs) {
+          bool same;
+          const double d = kl_of(rlg + (p - b0) * V, lg + (p - b0) * V, V, &same);
+          kld += d;
+          kld2 += d * d;
+          same_top += same;
+        }
       }
     }
     chunk[0] = tok0;
@@ -249,10 +298,19 @@ int cmd_perplexity(int argc, char **argv) {
     fprintf(stderr, "mole perplexity: no standard error: %lld scored tokens, variance of log(prob) %g\n",
             (long long)count, var);
   }
+  if (rs) {
+    const double km = kld / (double)count, kv = kld2 / (double)count - km * km;
+    printf("KL divergence vs %s: %.6f +/- %.6f, top-1 agreement %.4f%% over %lld positions\n", ref, km,
+           count > 1 && kv > 0 ? sqrt(kv / (double)(count - 1)) : 0.0, 100.0 * (double)same_top / (double)count,
+           (long long)count);
+  }
   fflush(stdout);
   rc = 0;
 done:
   free(lg);
+  free(rlg);
+  mole_session_free(rs);
+  mole_model_free(rm);
   mole_free(toks);
   free(text);
   tok_free(voc);

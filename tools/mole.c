@@ -25,6 +25,7 @@ static const command k_cmds[] = {
     {"synth", cmd_synth, "write a random-weight model in a real architecture's layout"},
     {"bench", cmd_bench, "measure prompt and generation speed"},
     {"pack", cmd_pack, "rewrite a MoE model as a packed expert store for offloading"},
+    {"compress", cmd_compress, "compress the experts under one bit per weight (GPTQ ternary, QMoE)"},
     {"cachesim", cmd_cachesim, "replay a routing trace through the expert cache"},
 };
 

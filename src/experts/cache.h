@@ -59,6 +59,7 @@ typedef struct experts_slot {
   bool prefetched;        // loaded by a prefetch (stats: prefetch hit on first use)
   int32_t io_pending;     // reads in flight (provider)
   int32_t io_err;         // errno of a failed read (provider)
+  bool checked;           // compressed (blob) matrices validated since the read (provider)
 } experts_slot;
 
 typedef struct experts_cache {

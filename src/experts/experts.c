@@ -138,6 +138,25 @@ static mole_status open_tiered(experts *x) {
   return MOLE_OK;
 }
 
+// Resident compressed experts are checked once, before any kernel reads them
+// (tiered ones after each read: experts_get).
+static mole_status check_resident(experts *x) {
+  const experts_store *st = &x->store;
+  for (int p = 0; p < (st->has_low ? 2 : 1); p++) {
+    bool blobs = false;
+    for (int64_t l = 0; l < st->n_layer; l++)
+      for (int j = 0; j < 3; j++) blobs = blobs || st->layout[p][l].type[j] == QT_TQ1;
+    for (int64_t l = 0; blobs && l < st->n_layer; l++)
+      for (int64_t e = 0; e < st->n_expert; e++) {
+        model_tensor v[3];
+        experts_store_views(st, p, l, gguf_base(x->m->gguf), st->mat_off[p] + (l * st->n_expert + e) * 3, NULL, v);
+        mole_status s = experts_store_check(st, p, l, e, v);
+        if (s) return s;
+      }
+  }
+  return MOLE_OK;
+}
+
 mole_status experts_open(mole_model *m, experts **out) {
   *out = NULL;
   const mole_offload_params *o = &m->offload;
@@ -180,6 +199,7 @@ mole_status experts_open(mole_model *m, experts **out) {
   }
   if ((st = choose_budget(x))) goto fail;
   if (x->tiered && (st = open_tiered(x))) goto fail;
+  if (!x->tiered && (st = check_resident(x))) goto fail;
   experts_store_advise_mode(m->gguf, x->tiered);
   if (o->trace_routing) {
     experts_trace_header h = {m->hp.n_layer, X, m->hp.n_expert_used,
@@ -281,6 +301,7 @@ mole_status experts_load(experts *x, int p, int64_t layer, int64_t e, int64_t la
     bytes += (int64_t)ext[i].len;
   }
   sl->io_pending = n;
+  sl->checked = false;
   x->n_loading[p]++;
   x->step.bytes_read += bytes;
   x->step.reads++;
@@ -452,8 +473,12 @@ mole_status experts_resident_matrices(experts *x, experts_image_fn fn, void *ctx
         for (int j = 0; j < 3; j++) {
           const size_t k = (size_t)((l * X + e) * 3 + j);
           const quant_type t = st->layout[p][l].type[j];
+          // a blob is copied as one row of bytes (ggml's i8)
+          const bool blob = quant_is_blob(t);
+          const int64_t bytes = (int64_t)st->layout[p][l].bytes[j];
           x->image_off[(size_t)p * (size_t)(L * X * 3) + k] =
-              fn(ctx, base + st->mat_off[p][k], st->layout[p][l].stride[j], t, st->ne0[j], st->ne1[j]);
+              blob ? fn(ctx, base + st->mat_off[p][k], (size_t)bytes, (quant_type)24, bytes, 1)
+                   : fn(ctx, base + st->mat_off[p][k], st->layout[p][l].stride[j], t, st->ne0[j], st->ne1[j]);
         }
     }
   return MOLE_OK;
@@ -504,6 +529,11 @@ mole_status experts_get(experts *x, int64_t layer, int32_t e, expert_prec p, exp
                          strerror(sl->io_err));
     const uint64_t off[3] = {mb[0], mb[1], mb[2]};
     experts_store_views(st, p, layer, x->arena + experts_cache_offset(c, p, s), off, NULL, v);
+    if (!sl->checked) {  // compressed matrices are checked once per read before a kernel runs on them
+      mole_status cs = experts_store_check(st, p, layer, e, v);
+      if (cs) return cs;
+      c->slots[p][s].checked = true;
+    }
   }
   out->gate = v[0];
   out->up = v[1];

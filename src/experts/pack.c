@@ -20,6 +20,9 @@ typedef struct pack_ctx {
   int64_t n_layer, n_expert, n_embd, n_ff;
   const gguf_tensor **src;  // [n_layer][3] ffn_{gate,up,down}_exps
   experts_layout *lo[2];    // [n_layer] per precision
+  const experts_pack_tier *tier[2];  // ready-made precisions (experts_pack_params)
+  const uint8_t *book;      // dictionary tensor to write, 3 * book_n bytes
+  int64_t book_n;
   int n_prec;
   uint64_t region_max;
 } pack_ctx;
@@ -61,12 +64,17 @@ static mole_status check_type(const pack_ctx *c, int t, const char *what, int64_
 
 static mole_status plan_layout(pack_ctx *c, const experts_pack_params *p) {
   const int want[2] = {p->high, p->low};
-  c->n_prec = p->low >= 0 ? 2 : 1;
+  c->n_prec = p->low >= 0 || p->tier[1] ? 2 : 1;
   for (int pr = 0; pr < c->n_prec; pr++) {
     c->lo[pr] = mole_calloc((size_t)c->n_layer, sizeof *c->lo[pr]);
     if (!c->lo[pr]) return mole_errorf(MOLE_ERR_NOMEM, "pack: out of memory");
     for (int64_t l = 0; l < c->n_layer; l++) {
       experts_layout *lo = &c->lo[pr][l];
+      if (p->tier[pr]) {  // ready-made regions
+        *lo = p->tier[pr]->layout[l];
+        c->region_max = MOLE_MAX(c->region_max, lo->region);
+        continue;
+      }
       uint64_t at = 0;
       for (int j = 0; j < 3; j++) {
         const gguf_tensor *t = c->src[l * 3 + j];
@@ -179,6 +187,10 @@ static mole_status add_tensors(pack_ctx *c, gguf_writer *w) {
     const gguf_tensor *t = gguf_tensor_at(c->f, i);
     if (!is_expert_stack(t->name)) st = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, NULL);
   }
+  if (c->book && !st) {
+    const int64_t ne[1] = {3 * c->book_n};
+    st = gguf_writer_add_tensor(w, EXPERTS_TQ_BOOK, PACK_REGION_TYPE, 1, ne, NULL);
+  }
   // regions: a layer's high copies, then its low copies, as byte matrices [pages][4096]
   for (int64_t l = 0; l < c->n_layer && !st; l++)
     for (int pr = 0; pr < c->n_prec && !st; pr++)
@@ -197,6 +209,7 @@ static mole_status write_data(pack_ctx *c, gguf_writer *w, mole_pool *pool, FILE
     const gguf_tensor *t = gguf_tensor_at(c->f, i);
     if (!is_expert_stack(t->name)) st = gguf_writer_write(w, t->data, t->size);
   }
+  if (c->book && !st) st = gguf_writer_write(w, c->book, (size_t)(3 * c->book_n));
   if (st) return st;
   const int nth = mole_pool_nth(pool);
   char *region = mole_aligned_alloc(EXPERTS_IO_ALIGN, (size_t)c->region_max);
@@ -208,6 +221,10 @@ static mole_status write_data(pack_ctx *c, gguf_writer *w, mole_pool *pool, FILE
       const experts_layout *lo = &c->lo[pr][l];
       for (int64_t e = 0; e < c->n_expert && !st; e++) {
         memset(region, 0, (size_t)lo->region);
+        if (c->tier[pr]) {
+          if (!(st = c->tier[pr]->fill(c->tier[pr]->ctx, l, e, region))) st = gguf_writer_write(w, region, (size_t)lo->region);
+          continue;
+        }
         for (int j = 0; j < 3; j++) {
           const gguf_tensor *t = c->src[l * 3 + j];
           const size_t smat = quant_row_size(t->type, t->ne[0]) * (size_t)t->ne[1];
@@ -232,7 +249,8 @@ static mole_status write_data(pack_ctx *c, gguf_writer *w, mole_pool *pool, FILE
 
 mole_status experts_pack(const char *in, const char *out, const experts_pack_params *p, FILE *log) {
   quant_init();
-  pack_ctx c = {.in = in};
+  pack_ctx c = {.in = in, .tier = {p->tier[0], p->tier[1]}, .book = p->book, .book_n = p->book_n};
+  if (p->quiet) log = NULL;
   gguf_writer *w = NULL;
   mole_pool *pool = NULL;
   mole_status st = gguf_open(in, &c.f);
@@ -257,4 +275,103 @@ done:
   mole_free(c.src);
   gguf_close(c.f);
   return st;
+}
+
+// ---- a compressed file as a ready-made precision --------------------------------
+
+struct experts_pack_src {
+  gguf_file *f;
+  const char *path;
+  int64_t n_layer, n_expert;
+  experts_layout *layout;      // [n_layer] its high precision
+  const gguf_tensor **region;  // [n_layer][n_expert]
+  const uint8_t *book;
+  int64_t book_n;
+  experts_pack_tier tier;
+};
+
+static mole_status src_fill(void *ctx, int64_t layer, int64_t e, void *region) {
+  const experts_pack_src *s = ctx;
+  memcpy(region, s->region[layer * s->n_expert + e]->data, (size_t)s->layout[layer].region);
+  return MOLE_OK;
+}
+
+mole_status experts_pack_tier_open(const char *path, const char *in, experts_pack_src **out) {
+  *out = NULL;
+  experts_pack_src *s = mole_calloc(1, sizeof *s);
+  if (!s) return mole_errorf(MOLE_ERR_NOMEM, "pack: out of memory");
+  s->path = path;
+  pack_ctx c = {.in = in};
+  mole_status st = gguf_open(in, &c.f);
+  if (!st) st = find_sources(&c);
+  if (!st) st = gguf_open(path, &s->f);
+  if (!st && !experts_store_is_packed(s->f))
+    st = mole_errorf(MOLE_ERR_ARG, "%s: not a compressed expert file (no %s; make one with mole compress)", path,
+                     EXPERTS_PACK_KEY_VERSION);
+  static const char *const keys[4] = {"mole.pack.n_layer", "mole.pack.n_expert", "mole.pack.n_embd", "mole.pack.n_ff"};
+  const int64_t want[4] = {c.n_layer, c.n_expert, c.n_embd, c.n_ff};
+  for (int i = 0; i < 4 && !st; i++) {
+    int64_t v;
+    if ((st = gguf_get_int(s->f, keys[i], &v))) {
+      mole_error_prefix(st, "%s: ", path);
+    } else if (v != want[i]) {
+      st = mole_errorf(MOLE_ERR_FORMAT, "%s: %s = %lld, but %s has %lld", path, keys[i], (long long)v, in,
+                       (long long)want[i]);
+    }
+  }
+  s->n_layer = c.n_layer;
+  s->n_expert = c.n_expert;
+  if (!st) {
+    s->layout = mole_calloc((size_t)s->n_layer, sizeof *s->layout);
+    s->region = mole_calloc((size_t)(s->n_layer * s->n_expert), sizeof *s->region);
+    if (!s->layout || !s->region) st = mole_errorf(MOLE_ERR_NOMEM, "pack: out of memory");
+  }
+  bool tq1 = false;
+  for (int64_t l = 0; l < s->n_layer && !st; l++) {
+    experts_layout *lo = &s->layout[l];
+    st = experts_store_read_layout(s->f, path, 0, s->n_layer, l, c.n_embd, c.n_ff, lo);
+    for (int j = 0; j < 3 && !st; j++) tq1 = tq1 || lo->type[j] == QT_TQ1;
+    for (int64_t e = 0; e < s->n_expert && !st; e++) {
+      char name[96];
+      snprintf(name, sizeof name, "blk.%lld.ffn_exps.%lld.high", (long long)l, (long long)e);
+      const gguf_tensor *t = gguf_find_tensor(s->f, name);
+      if (!t || t->size < lo->region)
+        st = mole_errorf(MOLE_ERR_FORMAT, "%s: region tensor '%s' is %s", path, name, t ? "too small" : "missing");
+      s->region[l * s->n_expert + e] = t;
+    }
+  }
+  if (!st && tq1) {
+    const gguf_tensor *t = gguf_find_tensor(s->f, EXPERTS_TQ_BOOK);
+    if (!t || t->type != PACK_REGION_TYPE || t->size % 3 || t->size == 0)
+      st = mole_errorf(MOLE_ERR_FORMAT, "%s: dictionary tensor '%s' is %s", path, EXPERTS_TQ_BOOK,
+                       t ? "not i8 bytes of 3 per entry" : "missing");
+    else {
+      s->book = t->data;
+      s->book_n = (int64_t)(t->size / 3);
+    }
+  }
+  gguf_close(c.f);
+  mole_free(c.src);
+  s->tier = (experts_pack_tier){s->layout, src_fill, s};
+  if (st) {
+    experts_pack_tier_close(s);
+    return st;
+  }
+  *out = s;
+  return MOLE_OK;
+}
+
+const experts_pack_tier *experts_pack_src_tier(const experts_pack_src *s) { return &s->tier; }
+
+const uint8_t *experts_pack_src_book(const experts_pack_src *s, int64_t *n) {
+  *n = s->book_n;
+  return s->book;
+}
+
+void experts_pack_tier_close(experts_pack_src *s) {
+  if (!s) return;
+  gguf_close(s->f);
+  mole_free(s->layout);
+  mole_free(s->region);
+  mole_free(s);
 }

@@ -1,6 +1,7 @@
 // Expert store: the location of every expert matrix in the file (packed or
 // plain GGUF) and the aligned reads that bring one expert into a slot.
 #include "experts/store.h"
+#include "quant/quant_tq.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -57,7 +58,7 @@ mole_status experts_store_read_layout(const gguf_file *f, const char *path, int 
       const uint64_t i = (uint64_t)l * 3 + (uint64_t)j;
       if ((st = get_arr(f, path, kt, n3, i, &v))) return st;
       const quant_traits *tr = v < QT_COUNT ? quant_traits_of((quant_type)v) : NULL;
-      if (!tr || !tr->vec_dot || !tr->to_float)
+      if (!tr || (!quant_is_blob((int)v) && (!tr->vec_dot || !tr->to_float)))
         return mole_errorf(MOLE_ERR_UNSUPPORTED, "%s: %s[%llu] = %lld: mole cannot compute with type %s", path, kt,
                            (unsigned long long)i, (long long)v, quant_type_name((uint32_t)v));
       lo->type[j] = (quant_type)v;
@@ -65,8 +66,15 @@ mole_status experts_store_read_layout(const gguf_file *f, const char *path, int 
       lo->bytes[j] = (uint64_t)v;
       if ((st = get_arr(f, path, ko, n3, i, &v))) return st;
       lo->offsets[j] = (uint64_t)v;
-      const size_t want = quant_row_size(lo->type[j], ne0[j]) * (size_t)ne1[j];
-      if (want == 0 || lo->bytes[j] != want)
+      const bool blob = quant_is_blob(lo->type[j]);
+      // a ternary blob's size varies by expert: bytes is the largest, with room for its fixed part
+      const size_t want = lo->type[j] == QT_TQ1 ? tq1_codes_offset(ne1[j])
+                          : lo->type[j] == QT_TQ2 ? tq2_matrix_bytes(ne1[j], ne0[j])
+                                                 : quant_row_size(lo->type[j], ne0[j]) * (size_t)ne1[j];
+      if (blob && ne0[j] % 4)
+        return mole_errorf(MOLE_ERR_FORMAT, "%s: %s[%llu]: compressed matrices need rows of a multiple of 4 (%lld)", path,
+                           kt, (unsigned long long)i, (long long)ne0[j]);
+      if (want == 0 || (lo->type[j] == QT_TQ1 ? lo->bytes[j] < want : lo->bytes[j] != want))
         return mole_errorf(MOLE_ERR_FORMAT, "%s: %s[%llu] = %llu, but a [%lld][%lld] %s matrix has %zu bytes", path, kb,
                            (unsigned long long)i, (unsigned long long)lo->bytes[j], (long long)ne1[j], (long long)ne0[j],
                            quant_type_name(lo->type[j]), want);
@@ -136,8 +144,8 @@ mole_status experts_store_describe(const gguf_file *f, const char *path, const m
   const int64_t ne0[3] = {hp->n_embd, hp->n_embd, hp->n_ff_exp}, ne1[3] = {hp->n_ff_exp, hp->n_ff_exp, hp->n_embd};
   for (int j = 0; j < 3; j++) {
     *out[j] = (model_tensor){.data = NULL, .type = lo[0].type[j], .ne0 = ne0[j], .ne1 = ne1[j], .ne2 = hp->n_expert};
-    out[j]->row_bytes = quant_row_size(lo[0].type[j], ne0[j]);
-    out[j]->mat_bytes = out[j]->row_bytes * (size_t)ne1[j];
+    out[j]->row_bytes = quant_row_size(lo[0].type[j], ne0[j]);  // 0 for blobs
+    out[j]->mat_bytes = quant_is_blob(lo[0].type[j]) ? lo[0].bytes[j] : out[j]->row_bytes * (size_t)ne1[j];
   }
   return MOLE_OK;
 }
@@ -211,7 +219,37 @@ void experts_store_views(const experts_store *s, int p, int64_t layer, const voi
     out[j].row_bytes = r16 ? quant_row_size(lo->type[j], s->ne0[j]) : (size_t)lo->stride[j];
     out[j].mat_bytes = out[j].row_bytes * (size_t)s->ne1[j];
     out[j].layout = r16 && r16[j] ? QL_R16 : QL_ROWS;
+    if (quant_is_blob(lo->type[j])) {  // one blob (quant_tq.h)
+      out[j].row_bytes = 0;
+      out[j].mat_bytes = (size_t)lo->bytes[j];
+      out[j].book = s->book;
+    }
   }
+}
+
+// The dictionary of a compressed file: tensor EXPERTS_TQ_BOOK, 3 bytes an entry.
+static mole_status load_book(experts_store *s, const gguf_file *f, const char *path) {
+  const gguf_tensor *t = gguf_find_tensor(f, EXPERTS_TQ_BOOK);
+  if (!t)
+    return mole_errorf(MOLE_ERR_FORMAT, "%s: compressed experts (tq1_dict) but no dictionary tensor '%s'", path,
+                       EXPERTS_TQ_BOOK);
+  if (t->type != 24 || t->size % 3)
+    return mole_errorf(MOLE_ERR_FORMAT, "%s: tensor '%s': expected i8 bytes, 3 per entry (type %s, %zu bytes)", path,
+                       EXPERTS_TQ_BOOK, quant_type_name(t->type), t->size);
+  mole_status st = tq_book_new(t->data, (int64_t)(t->size / 3), &s->book);
+  return st ? mole_error_prefix(st, "%s: tensor '%s': ", path, EXPERTS_TQ_BOOK) : MOLE_OK;
+}
+
+mole_status experts_store_check(const experts_store *s, int p, int64_t layer, int64_t e, const model_tensor v[3]) {
+  static const char *const names[3] = {"gate", "up", "down"};
+  for (int j = 0; j < 3; j++) {
+    if (v[j].type != QT_TQ1) continue;  // tq2 blobs have a fixed size and no invalid content
+    char err[160];
+    if (!tq1_check(s->book, v[j].data, v[j].mat_bytes, v[j].ne1, v[j].ne0, err, sizeof err))
+      return mole_errorf(MOLE_ERR_FORMAT, "%s: layer %lld expert %lld (%s precision) %s matrix: %s", gguf_path(s->f),
+                         (long long)layer, (long long)e, k_prec_name[p], names[j], err);
+  }
+  return MOLE_OK;
 }
 
 mole_status experts_store_open(experts_store *s, const mole_model *m) {
@@ -255,6 +293,14 @@ mole_status experts_store_open(experts_store *s, const mole_model *m) {
         }
         // the share within each matrix of the region (packed files hold whole matrices)
         for (int j = 0; !st && j < 3; j++) {
+          if (!quant_is_blob(lo->type[j])) continue;
+          if (Fl != hp->n_ff_exp)  // a blob's rows cannot be sliced
+            st = mole_errorf(MOLE_ERR_UNSUPPORTED, "%s: compressed experts (%s) cannot be split across processes", path,
+                             quant_type_name(lo->type[j]));
+          if (lo->type[j] == QT_TQ1 && !s->book && !st) st = load_book(s, f, path);
+        }
+        for (int j = 0; !st && j < 3; j++) {
+          if (quant_is_blob(lo->type[j])) continue;
           lo->stride[j] = quant_row_size(lo->type[j], j < 2 ? hp->n_embd : hp->n_ff_exp);
           lo->offsets[j] += j < 2 ? (uint64_t)fe0 * lo->stride[j] : quant_row_size(lo->type[j], fe0);
         }
@@ -265,7 +311,8 @@ mole_status experts_store_open(experts_store *s, const mole_model *m) {
         }
       }
       for (int j = 0; !st && j < 3; j++)
-        lo->bytes[j] = (uint64_t)(ne1[j] - 1) * lo->stride[j] + quant_row_size(lo->type[j], ne0[j]);
+        if (!quant_is_blob(lo->type[j]))
+          lo->bytes[j] = (uint64_t)(ne1[j] - 1) * lo->stride[j] + quant_row_size(lo->type[j], ne0[j]);
       for (int64_t e = 0; e < hp->n_expert && !st; e++) {
         uint64_t *off = s->mat_off[p] + (l * hp->n_expert + e) * 3;
         if (s->packed) {
@@ -310,6 +357,7 @@ mole_status experts_store_open(experts_store *s, const mole_model *m) {
 }
 
 void experts_store_free(experts_store *s) {
+  tq_book_free(s->book);
   for (int p = 0; p < EXPERTS_PREC_N; p++) {
     mole_free(s->layout[p]);
     mole_free(s->mat_off[p]);

@@ -15,6 +15,8 @@
 #define EXPERTS_PACK_VERSION 1
 // metadata keys of a packed file
 #define EXPERTS_PACK_KEY_VERSION "mole.pack.version"
+// the dictionary of compressed (tq1_dict) experts: i8 tensor, 3 bytes an entry (quant_tq.h)
+#define EXPERTS_TQ_BOOK "mole.tq.dictionary"
 
 enum { EXPERTS_PREC_N = 2 };  // high, low
 
@@ -45,6 +47,7 @@ typedef struct experts_store {
   uint64_t total_bytes[EXPERTS_PREC_N];    // every expert's matrices
   uint64_t file_bytes;                     // bytes of the file holding experts (regions or stacks)
   uint64_t region_lo, region_hi;           // file range holding every expert (madvise)
+  struct tq_book *book;                    // the dictionary of QT_TQ1 matrices (mole compress), else NULL
 } experts_store;
 
 // Whether f is a packed expert store (has mole.pack.version).
@@ -75,6 +78,10 @@ int experts_store_extents(const experts_store *s, int p, int64_t layer, int64_t 
 // the weights image: r16[j] says which are QL_R16 there; NULL: none).
 void experts_store_views(const experts_store *s, int p, int64_t layer, const void *base, const uint64_t off[3],
                          const uint8_t *r16, model_tensor out[3]);
+// Compressed (blob) matrices of (layer, e) in precision p, as views: checks
+// each blob (quant_tq.h) so that no kernel runs on a malformed one; MOLE_OK
+// at once for other types. Errors name the file, layer, expert and matrix.
+mole_status experts_store_check(const experts_store *s, int p, int64_t layer, int64_t e, const model_tensor v[3]);
 // Reads the layout of one layer in precision p of a packed file.
 // MOLE_ERR_NOT_FOUND without a message when the file has
 // no such precision.

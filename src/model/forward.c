@@ -601,6 +601,7 @@ static mole_status moe_ffn(mole_model *m, model_scratch *s, int64_t il, int64_t 
   ops_mm tr = mm_of(s, &ly->gate_inp, s->xq, s->q_row, n, s->router, X);
   ops_mm_run(m->pool, &tr, 1);
   route(hp, s, n);
+  if (m->moe_hook && m->moe_hook(m->moe_hook_ctx, il, n, s->xn, s->sel, s->selw, s->y)) return MOLE_OK;
   if (n == 1) experts_predict(xp, il, s->xn);
   experts_plan(xp, il, n, K, s->sel, s->selw, s->prec);
   // groups g = 2*expert + precision: slots [grp_off[g], grp_off[g]+grp_cnt[g])

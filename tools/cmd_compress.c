@@ -1,0 +1,80 @@
+// mole compress: QMoE compression of a MoE model's experts (engine/compress.h).
+#include <stdio.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "cli.h"
+#include "common.h"
+#include "engine/compress.h"
+
+static const char *k_help =
+    "usage: mole compress IN.gguf -o OUT.gguf --calib TEXT [options]\n"
+    "Compresses every expert to under one bit per weight (QMoE): GPTQ on a ternary per-row\n"
+    "grid with calibration text, layer by layer (each layer calibrated on the outputs of the\n"
+    "layers already compressed), then a 2^16-entry dictionary code of ternary pair runs that\n"
+    "the kernels decode inside the matrix-vector product. OUT is a packed expert store\n"
+    "(docs/FORMAT.md): run it like any model, or give it to mole pack --low as the low tier.\n"
+    "  -o FILE             output (required)\n"
+    "  --calib TEXT        calibration text file (required unless --rtn)\n"
+    "  --calib-tokens N    calibration tokens (default 16384)\n"
+    "  --seq-len N         tokens per calibration sequence, BOS first (default 512)\n"
+    "  --bits ternary|2    the grid: ternary {-s, 0, s} (default) or 2-bit s * (q - z)\n"
+    "  --damp X            GPTQ dampening, a fraction of mean(diag H) (default 0.1)\n"
+    "  --block N           GPTQ lazy-batch columns (default 128)\n"
+    "  --rtn               round to nearest on the same grid instead of GPTQ (no calibration)\n"
+    "  --cap X             an expert's calibration inputs are capped at X times the mean (default 4)\n"
+    "  -t N                threads (default: all cores)\n";
+
+int cmd_compress(int argc, char **argv) {
+  const char *in = NULL, *out = NULL;
+  compress_params p = compress_default_params();
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v;
+    int64_t x;
+    double d;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      fputs(k_help, stdout);
+      return 0;
+    } else if (!strcmp(a, "-o")) {
+      if (!(out = cli_value(argc, argv, &i))) return 2;
+    } else if (!strcmp(a, "--calib")) {
+      if (!(p.calib = cli_value(argc, argv, &i))) return 2;
+    } else if (!strcmp(a, "--calib-tokens")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_parse_i64(a, v, 1, (int64_t)1 << 26, &p.calib_tokens)) return 2;
+    } else if (!strcmp(a, "--seq-len")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_parse_i64(a, v, 2, 1 << 20, &p.seq_len)) return 2;
+    } else if (!strcmp(a, "--bits")) {
+      if (!(v = cli_value(argc, argv, &i))) return 2;
+      if (!strcmp(v, "ternary")) p.grid = GPTQ_TERNARY;
+      else if (!strcmp(v, "2")) p.grid = GPTQ_2BIT;
+      else return cli_usage_error("compress", "--bits '%s': expected ternary or 2", v);
+    } else if (!strcmp(a, "--damp")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_parse_f64(a, v, 1e-6, 10, &d)) return 2;
+      p.damp = (float)d;
+    } else if (!strcmp(a, "--block")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_parse_i64(a, v, 1, 65536, &p.block)) return 2;
+    } else if (!strcmp(a, "--cap")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_parse_f64(a, v, 1, 1e6, &p.cap)) return 2;
+    } else if (!strcmp(a, "--rtn")) {
+      p.rtn = true;
+    } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_parse_i64(a, v, 0, 1024, &x)) return 2;
+      p.n_threads = (int)x;
+    } else if (a[0] == '-' && a[1]) {
+      return cli_usage_error("compress", "unknown flag '%s'", a);
+    } else if (!in) {
+      in = a;
+    } else {
+      return cli_usage_error("compress", "more than one input file ('%s' and '%s')", in, a);
+    }
+  }
+  if (!in) return cli_usage_error("compress", "no input model given");
+  if (!out) return cli_usage_error("compress", "-o FILE is required");
+  if (!strcmp(in, out)) return cli_usage_error("compress", "the output must not be the input");
+  if (!p.rtn && !p.calib) return cli_usage_error("compress", "--calib TEXT is required (or --rtn for round-to-nearest)");
+  compress_report r;
+  mole_status st = compress_model(in, out, &p, stderr, &r);
+  if (st) return cli_error("compress", st);
+  compress_print_report(&r, &p, stdout);
+  return 0;
+}
