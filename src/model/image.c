@@ -47,9 +47,16 @@ typedef struct {
 
 static size_t mat_size(const img_mat *im) { return quant_row_size(im->type, im->ne0) * (size_t)im->ne1; }
 
+// Rows per work chunk of a row-layout matrix: about 1 MiB, at least one row
+// (a compressed expert is one row of bytes, often larger).
+static int64_t rows_per_chunk(const img_mat *im) {
+  return MOLE_MAX((int64_t)(IMG_CHUNK_BYTES / quant_row_size(im->type, im->ne0)), 1);
+}
+
 static int64_t mat_chunks(const img_mat *im) {
   if (im->r16) return (im->ne1 / 16 + IMG_CHUNK_GROUPS - 1) / IMG_CHUNK_GROUPS;
-  return MOLE_MAX(((int64_t)mat_size(im) + IMG_CHUNK_BYTES - 1) / IMG_CHUNK_BYTES, 1);
+  const int64_t per = rows_per_chunk(im);
+  return MOLE_MAX((im->ne1 + per - 1) / per, 1);
 }
 
 // The place of a new matrix in the image.
@@ -115,7 +122,7 @@ static void img_worker(void *ctx, int ith, int nth) {
         mole_free(rows);
       }
     } else {
-      const int64_t per = MOLE_MAX((int64_t)(IMG_CHUNK_BYTES / rb), 1);
+      const int64_t per = rows_per_chunk(im);
       r0 = ci * per;
       r1 = MOLE_MIN(r0 + per, im->ne1);
       if (im->stride == rb) memcpy(d + (size_t)r0 * rb, im->src + (size_t)r0 * rb, (size_t)(r1 - r0) * rb);
