@@ -20,6 +20,7 @@ check no-out 2 "-o FILE is required" -- "$M" compress "$T/m.gguf" --calib "$CAL"
 check no-calib 2 "--calib TEXT is required" -- "$M" compress "$T/m.gguf" -o "$T/x.gguf"
 check bad-bits 2 "--bits '3': expected ternary or 2" -- "$M" "${C[@]}" -o "$T/x.gguf" --bits 3
 check bad-damp 2 "--damp" -- "$M" "${C[@]}" -o "$T/x.gguf" --damp -1
+check bad-dz 2 "--dead-zone: 1.5 is out of range" -- "$M" "${C[@]}" -o "$T/x.gguf" --dead-zone 1.5
 check bad-flag 2 "unknown flag '--gptq'" -- "$M" "${C[@]}" -o "$T/x.gguf" --gptq
 check missing-calib 1 "cannot open '$T/nope.txt'" -- "$M" compress "$T/m.gguf" -o "$T/x.gguf" --calib "$T/nope.txt"
 check dense 1 "a dense model" -- "$M" compress "$S/tests/data/conformance/models/llama-dense.gguf" -o "$T/x.gguf" --rtn
@@ -65,6 +66,18 @@ cmp -s "$T/p-mix.f32" "$T/p-mix-off.f32" || fail "packed mixed: offloaded differ
 cmp -s "$T/p-hi.f32" "$T/p-mix.f32" && fail "the compressed low tier changed nothing"
 check pack-low-mismatch 1 "but" -- "$M" pack "$S/tests/data/conformance/models/mixtral.gguf" -o "$T/x.gguf" --low "$T/t.gguf"
 check pack-low-plain 1 "not a compressed expert file" -- "$M" pack "$T/m.gguf" -o "$T/x.gguf" --low "$T/m.gguf"
+
+# blobs larger than the weights image's 1 MiB work chunks (a regression: the
+# image copied only the first chunk): the image and the mapping agree
+"$M" synth --arch mixtral --embd 2048 --layers 1 --heads 16 --heads-kv 4 --experts 2 --used 2 --ff 4096 --type q4_0 \
+  --vocab 1000 --ctx 256 -o "$T/big.gguf" >/dev/null 2>&1 || fail "synth big"
+if "$M" compress "$T/big.gguf" -o "$T/big-tq.gguf" --rtn >/dev/null 2>&1; then
+  "$M" logits -m "$T/big-tq.gguf" --tokens 1,2,3 -o "$T/big-img.f32" || fail "big blobs: logits from the image"
+  "$M" logits -m "$T/big-tq.gguf" --tokens 1,2,3 -o "$T/big-map.f32" --mmap || fail "big blobs: logits from the mapping"
+  cmp -s "$T/big-img.f32" "$T/big-map.f32" || fail "big blobs: image and mapping differ"
+else
+  fail "compress big"
+fi
 
 # hostile files: the last region (the file's last bytes) with a group index
 # pointing past its codes

@@ -102,20 +102,58 @@ typedef struct gptq_run {
   mole_status st;
 } gptq_run;
 
-static void run(gptq_run *o, gptq_grid g, bool rtn, float damp, const float *W0, const float *H0) {
+static void run_dz(gptq_run *o, gptq_grid g, bool rtn, float damp, const float *W0, const float *H0, float dz) {
   o->W = xalloc(sizeof(float) * R * K);
   o->q = xalloc(R * K);
   float *H = xalloc(sizeof(float) * K * K);
   memcpy(o->W, W0, sizeof(float) * R * K);
   memcpy(H, H0, sizeof(float) * K * K);
-  gptq_params p = {g, damp, 32, rtn};
+  gptq_params p = {g, damp, 32, rtn, dz};
   o->st = gptq_quantize(&p, o->W, R, K, H, NS, o->q, o->scale, g == GPTQ_2BIT ? o->zero : NULL, &o->info);
   mole_aligned_free(H);
+}
+
+static void run(gptq_run *o, gptq_grid g, bool rtn, float damp, const float *W0, const float *H0) {
+  run_dz(o, g, rtn, damp, W0, H0, 0.5f);
 }
 
 static void run_free(gptq_run *o) {
   mole_aligned_free(o->W);
   mole_aligned_free(o->q);
+}
+
+// A wider zero bin: more zeros, every nonzero beyond dz * s before feedback,
+// GPTQ still below RTN on that grid; an out-of-range dead zone is an error.
+static void test_gptq_dead_zone(void **state) {
+  (void)state;
+  uint64_t st = 5;
+  float *X = make_inputs(&st, NULL, 0);
+  float *H = xalloc(sizeof(float) * K * K), *W0 = xalloc(sizeof(float) * R * K);
+  gptq_hessian_add(H, X, NS, K, K);
+  for (int i = 0; i < R * K; i++) W0[i] = gauss(&st);
+  gptq_run A, B, N;
+  run_dz(&A, GPTQ_TERNARY, false, 0.1f, W0, H, 0.5f);
+  run_dz(&B, GPTQ_TERNARY, false, 0.1f, W0, H, 0.75f);
+  run_dz(&N, GPTQ_TERNARY, true, 0.1f, W0, H, 0.75f);
+  assert_int_equal(A.st, MOLE_OK);
+  assert_int_equal(B.st, MOLE_OK);
+  assert_int_equal(N.st, MOLE_OK);
+  assert_true(B.info.zeros > A.info.zeros);
+  assert_true(N.info.zeros > A.info.zeros);
+  assert_true(B.info.err < N.info.err);
+  for (int r = 0; r < R; r++)  // RTN: a weight is nonzero exactly when |w| > 0.75 s
+    for (int j = 0; j < K; j++)
+      assert_int_equal(N.q[r * K + j] != 0, fabsf(W0[r * K + j]) / N.scale[r] > 0.75f);
+  gptq_run E;
+  run_dz(&E, GPTQ_TERNARY, false, 0.1f, W0, H, 1.0f);
+  assert_int_equal(E.st, MOLE_ERR_ARG);
+  run_free(&A);
+  run_free(&B);
+  run_free(&N);
+  run_free(&E);
+  mole_aligned_free(X);
+  mole_aligned_free(H);
+  mole_aligned_free(W0);
 }
 
 static void test_gptq_vs_rtn(void **state) {
@@ -167,7 +205,7 @@ static void test_gptq_vs_rtn(void **state) {
   N.W = xalloc(sizeof(float) * R * K);
   N.q = xalloc(R * K);
   memcpy(N.W, W0, sizeof(float) * R * K);
-  gptq_params p = {GPTQ_TERNARY, 0.1f, 128, true};
+  gptq_params p = {GPTQ_TERNARY, 0.1f, 128, true, 0.5f};
   assert_int_equal(gptq_quantize(&p, N.W, R, K, NULL, 0, N.q, N.scale, NULL, &N.info), MOLE_OK);
   assert_true(isnan(N.info.err));
   check_grid(GPTQ_TERNARY, W0, N.W, N.q, N.scale, NULL, &N.info);
@@ -249,7 +287,7 @@ static void test_gptq_not_pd(void **state) {
   int8_t q[K];
   float w[K], s[1];
   for (int j = 0; j < K; j++) w[j] = (float)j;
-  gptq_params p = {GPTQ_TERNARY, 0.1f, 128, false};
+  gptq_params p = {GPTQ_TERNARY, 0.1f, 128, false, 0.5f};
   assert_int_equal(gptq_quantize(&p, w, 1, K, NULL, NS, q, s, NULL, NULL), MOLE_ERR_ARG);
   assert_int_equal(gptq_quantize(&p, w, 1, K, Hn, 0, q, s, NULL, NULL), MOLE_ERR_ARG);
   p.grid = GPTQ_2BIT;
@@ -469,6 +507,7 @@ static void test_symstats(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gptq_vs_rtn),        cmocka_unit_test(test_gptq_dead_columns),
+      cmocka_unit_test(test_gptq_dead_zone),
       cmocka_unit_test(test_gptq_not_pd),        cmocka_unit_test(test_hessian_add),
       cmocka_unit_test(test_codebook_structure), cmocka_unit_test(test_codebook_bits),
       cmocka_unit_test(test_symstats),

@@ -23,6 +23,8 @@ static const char *k_help =
     "  --block N           GPTQ lazy-batch columns (default 128)\n"
     "  --rtn               round to nearest on the same grid instead of GPTQ (no calibration)\n"
     "  --cap X             an expert's calibration inputs are capped at X times the mean (default 4)\n"
+    "  --dead-zone X       ternary: |w| <= X * s rounds to 0 (default 0.5, to nearest); larger is\n"
+    "                      sparser: fewer bits per weight, more error (GPTQ and --rtn alike)\n"
     "  -t N                threads (default: all cores)\n";
 
 int cmd_compress(int argc, char **argv) {
@@ -55,6 +57,9 @@ int cmd_compress(int argc, char **argv) {
       if (!(v = cli_value(argc, argv, &i)) || cli_parse_i64(a, v, 1, 65536, &p.block)) return 2;
     } else if (!strcmp(a, "--cap")) {
       if (!(v = cli_value(argc, argv, &i)) || cli_parse_f64(a, v, 1, 1e6, &p.cap)) return 2;
+    } else if (!strcmp(a, "--dead-zone")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_parse_f64(a, v, 0.5, 0.99, &d)) return 2;
+      p.dead_zone = (float)d;
     } else if (!strcmp(a, "--rtn")) {
       p.rtn = true;
     } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {

@@ -42,13 +42,14 @@ typedef struct grid_row {
   float s;       // scale (an f16 value)
   float z;       // zero point (0 for ternary)
   float lo, hi;  // the integer range: ternary -1..1, 2-bit 0..3
+  float dz;      // ternary: |w| / s at or under this rounds to 0 (0.5: to nearest)
 } grid_row;
 
 static inline float clampf(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
 // The grid of one original row: the scale rounded to f16 before use.
-static grid_row grid_of_row(gptq_grid g, const float *w, int64_t k) {
-  grid_row r = {0.0f, 0.0f, -1.0f, 1.0f};
+static grid_row grid_of_row(gptq_grid g, const float *w, int64_t k, float dz) {
+  grid_row r = {0.0f, 0.0f, -1.0f, 1.0f, dz};
   if (g == GPTQ_TERNARY) {
     float m = 0.0f;
     for (int64_t j = 0; j < k; j++) m = fabsf(w[j]) > m ? fabsf(w[j]) : m;
@@ -71,6 +72,10 @@ static grid_row grid_of_row(gptq_grid g, const float *w, int64_t k) {
 // The grid integer of w (rintf: round half to even, as torch.round).
 static inline float grid_q(const grid_row *g, float w) {
   if (!(g->s > 0.0f)) return g->z;
+  if (g->dz > 0.5f) {  // ternary with a wider zero bin
+    const float a = w / g->s;
+    return a > g->dz ? 1.0f : a < -g->dz ? -1.0f : 0.0f;
+  }
   return clampf(rintf(w / g->s) + g->z, g->lo, g->hi);
 }
 
@@ -256,6 +261,8 @@ mole_status gptq_quantize(const gptq_params *p, float *W, int64_t n_rows, int64_
   if (n_rows < 0 || k <= 0 || k > INT32_MAX / 2 || n_rows > INT32_MAX)
     return mole_errorf(MOLE_ERR_ARG, "gptq: bad shape %lld x %lld", (long long)n_rows, (long long)k);
   if (!(p->damp >= 0.0f) || !isfinite(p->damp)) return mole_errorf(MOLE_ERR_ARG, "gptq: damp %g", (double)p->damp);
+  if (p->grid == GPTQ_TERNARY && !(p->dead_zone >= 0.5f && p->dead_zone < 1.0f))
+    return mole_errorf(MOLE_ERR_ARG, "gptq: dead zone %g: need 0.5 <= dz < 1", (double)p->dead_zone);
   if (!p->rtn && (!H || n_samples <= 0))
     return mole_errorf(MOLE_ERR_ARG, "gptq: needs the Hessian and n_samples > 0 (got %lld)", (long long)n_samples);
   const int64_t block = p->block > 0 ? p->block : 128;
@@ -268,7 +275,7 @@ mole_status gptq_quantize(const gptq_params *p, float *W, int64_t n_rows, int64_
   grid_row *grids = mole_malloc((size_t)MOLE_MAX(n_rows, 1) * sizeof *grids);
   if (!grids) return mole_errorf(MOLE_ERR_NOMEM, "gptq: out of memory for %lld row grids", (long long)n_rows);
   for (int64_t r = 0; r < n_rows; r++) {
-    grids[r] = grid_of_row(p->grid, W + (size_t)r * k, k);
+    grids[r] = grid_of_row(p->grid, W + (size_t)r * k, k, p->grid == GPTQ_TERNARY ? p->dead_zone : 0.5f);
     if (!isfinite(grids[r].s)) {
       mole_free(grids);
       return mole_errorf(MOLE_ERR_ARG, "gptq: row %lld: the scale overflows f16 (weights too large)", (long long)r);

@@ -13,6 +13,8 @@ typedef struct gptq_params {
   float damp;     // lambda: H += damp * mean(diag H) * I (default 0.1)
   int64_t block;  // columns per lazy batch update (default 128)
   bool rtn;       // round to nearest on the grid, no error feedback (H only for info->err; may be NULL)
+  float dead_zone;  // ternary: |w| <= dead_zone * s rounds to 0; 0.5 = to nearest, more = sparser
+                    // (fewer bits, more error; GPTQ's feedback makes up part of it)
 } gptq_params;
 
 typedef struct gptq_info {

@@ -35,7 +35,7 @@ static const char *const k_mat[3] = {"gate", "up", "down"};
 
 compress_params compress_default_params(void) {
   return (compress_params){.calib_tokens = 16384, .seq_len = 512, .grid = GPTQ_TERNARY, .damp = 0.1f, .block = 128,
-                           .cap = 4.0};
+                           .cap = 4.0, .dead_zone = 0.5f};
 }
 
 typedef struct cmp_ctx {
@@ -70,6 +70,7 @@ typedef struct cmp_ctx {
   compress_report *rep;
   int64_t t0, experts_done;
   FILE *log;
+  bool tty;  // log is a terminal
 } cmp_ctx;
 
 static uint8_t *tmp_blob(const cmp_ctx *c, int64_t l, int64_t e, int j) {
@@ -252,7 +253,8 @@ static mole_status source_matrix(cmp_ctx *c, int64_t l, int64_t e, int j, float 
 static mole_status quantize(cmp_ctx *c, int64_t l, int64_t e, int j, float *W, float *H, int64_t n_samples,
                             int8_t *q, float *scale, uint8_t *zero) {
   const int64_t rows = rows_of(c, j), k = cols_of(c, j);
-  gptq_params gp = {.grid = c->p->grid, .damp = c->p->damp, .block = c->p->block, .rtn = c->p->rtn || !H};
+  gptq_params gp = {.grid = c->p->grid, .damp = c->p->damp, .block = c->p->block, .rtn = c->p->rtn || !H,
+                    .dead_zone = c->p->dead_zone};
   gptq_info info;
   mole_status st = gptq_quantize(&gp, W, rows, k, H, n_samples, q, scale, zero, &info);
   if (st) return mole_error_prefix(st, "compress: layer %lld expert %lld %s: ", (long long)l, (long long)e, k_mat[j]);
@@ -345,8 +347,10 @@ static void progress(cmp_ctx *c, int64_t l, int64_t e) {
   c->experts_done++;
   const double el = (double)(mole_time_us() - c->t0) * 1e-6;
   const double eta = el / (double)c->experts_done * (double)(c->L * c->X - c->experts_done);
-  fprintf(c->log, "\rcompress: layer %lld/%lld expert %lld/%lld  %.0f s, ETA %.0f s   ", (long long)l + 1,
-          (long long)c->L, (long long)e + 1, (long long)c->X, el, eta);
+  // on a terminal one line rewritten after every expert; in a log a line per layer
+  if (!c->tty && e + 1 < c->X) return;
+  fprintf(c->log, "%scompress: layer %lld/%lld expert %lld/%lld  %.0f s, ETA %.0f s%s", c->tty ? "\r" : "",
+          (long long)l + 1, (long long)c->L, (long long)e + 1, (long long)c->X, el, eta, c->tty ? "   " : "\n");
   fflush(c->log);
 }
 
@@ -423,6 +427,8 @@ static mole_status check_params(const compress_params *p) {
   if (!(p->damp > 0 && p->damp <= 10)) return mole_errorf(MOLE_ERR_ARG, "--damp %g: need 0 < damp <= 10", (double)p->damp);
   if (p->block < 1 || p->block > 65536) return mole_errorf(MOLE_ERR_ARG, "--block %lld: need 1..65536", (long long)p->block);
   if (!(p->cap >= 1)) return mole_errorf(MOLE_ERR_ARG, "compress: sample cap %g: need >= 1", p->cap);
+  if (!(p->dead_zone >= 0.5f && p->dead_zone < 1.0f))
+    return mole_errorf(MOLE_ERR_ARG, "--dead-zone %g: need 0.5 <= X < 1", (double)p->dead_zone);
   return MOLE_OK;
 }
 
@@ -452,7 +458,7 @@ mole_status compress_model(const char *in, const char *out, const compress_param
   memset(rep, 0, sizeof *rep);
   mole_status st = check_params(p);
   if (st) return st;
-  cmp_ctx c = {.p = p, .in = in, .fd = -1, .rep = rep, .log = log, .t0 = mole_time_us()};
+  cmp_ctx c = {.p = p, .in = in, .fd = -1, .rep = rep, .log = log, .t0 = mole_time_us(), .tty = log && isatty(fileno(log))};
   mole_session *sess = NULL;
   calib cb = {0};
   expert_buf b = {0};
@@ -531,7 +537,7 @@ mole_status compress_model(const char *in, const char *out, const compress_param
       progress(&c, l, e);
     }
   }
-  if (log) fprintf(log, "\n");
+  if (c.tty) fprintf(log, "\n");
   m->moe_hook = NULL;
   if (st) goto done;
   if (p->grid == GPTQ_TERNARY) {
@@ -592,6 +598,7 @@ void compress_print_report(const compress_report *r, const compress_params *p, F
   if (!p->rtn)
     fprintf(f, "calibration       %lld tokens (damp %g, block %lld, cap %gx mean)\n", (long long)r->calib_tokens,
             (double)p->damp, (long long)p->block, p->cap);
+  if (tern && p->dead_zone != 0.5f) fprintf(f, "dead zone         |w| <= %g s rounds to 0\n", (double)p->dead_zone);
   fprintf(f, "expert weights    %lld in %lld matrices (%lld fell back to RTN, %lld experts without data)\n",
           (long long)r->expert_weights, (long long)r->matrices, (long long)r->fallbacks, (long long)r->no_data);
   fprintf(f, "zero fraction     %.4f\n", r->zero_frac);

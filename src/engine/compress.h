@@ -23,6 +23,7 @@ typedef struct compress_params {
   int64_t block;          // GPTQ lazy-batch columns (default 128)
   bool rtn;               // round to nearest on the same grid (no calibration)
   double cap;             // an expert's samples are capped at cap x the mean per expert (default 4)
+  float dead_zone;        // ternary: |w| <= dead_zone * s rounds to 0 (default 0.5: to nearest)
   int n_threads;          // 0 = all cores
 } compress_params;
 
