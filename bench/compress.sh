@@ -5,10 +5,14 @@
 #     2-bit GPTQ, 2-bit RTN, ternary GPTQ and ternary RTN (only the experts differ),
 #     with KL divergence and top-1 agreement against F16 at every scored position,
 #     and each compression's report (bits per weight, zero fraction, entropy bound);
-#  2. the fused decode kernels against mole's Q4_0 and Q8_0 matvec (quant_bench -q);
+#  2. the fused decode kernels against mole's Q4_0 and Q8_0 matvec (quant_bench tq, at 90% and
+#     80% zeros: the eval model's GPTQ ternary rows have 80%), and whole decode of a
+#     Mixtral-8x7B-shaped layer with its experts in Q4_0 against the same compressed (part 4's file);
 #  3. the compressed copy as HOBBIT's low tier under the memory limits of
 #     bench/offload.sh (MODEL= the committed Q8_0 eval model), against a Q4_0 low
-#     tier and llama.cpp (LLAMA_CPP_DIR) — ONLY the configurations that use a low tier;
+#     tier and llama.cpp (LLAMA_CPP_DIR), both under the same limits (BASE_MIB=20: 30 and
+#     25 MiB, i.e. budgets of 1/2 and 1/4 of the experts; LIMITS_MIB overrides) — lru and the
+#     configurations that use a low tier;
 #  4. a Mixtral-8x7B-shaped layer (synthetic, 8 experts of 4096 x 14336) through
 #     mole compress: time and peak RSS.
 # SRC16 (default models/eval/mole-eval-moe-f16.gguf, from make eval-model) is the
@@ -18,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MOLE=${MOLE:-build/mole}
-QB=${QB:-build/quant_bench}
+QB=${QB:-build/bench/quant_bench}
 THREADS=${THREADS:-2}
 SRC16=${SRC16:-models/eval/mole-eval-moe-f16.gguf}
 Q8=${Q8:-eval-model/mole-eval-moe-q8_0.gguf}
@@ -75,7 +79,18 @@ fi
 
 if ! skip 2; then
   echo "== fused decode kernels, weights/s against mole's Q4_0 and Q8_0 matvec ($cpu)"
-  "$QB" -q 2>&1 | tee "$OUT/compress-kernels.txt"
+  for z in ${ZEROS:-0.9 0.8}; do "$QB" tq -z "$z"; done 2>&1 | tee "$OUT/compress-kernels.txt"
+  L8=$M/mixtral-8x7b-layer-q4_0.gguf L8T=$M/mixtral-8x7b-layer-tq.gguf
+  if [ -f "$L8" ] && [ -f "$L8T" ]; then
+    echo "== decode of the Mixtral-8x7B-shaped layer (all resident; tokens/s, alternating runs)"
+    for pass in 1 2; do
+      for f in "$L8" "$L8T"; do
+        printf "%s\t%s\n" "$(basename "$f" .gguf)" "$("$MOLE" bench -m "$f" -p 0 -n 48 -r 2 -t "$THREADS" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["tg_tps"])')"
+      done
+    done | tee -a "$OUT/compress-kernels.txt"
+  else
+    echo "(part 4 makes the Mixtral-8x7B-shaped layer files for the decode comparison)"
+  fi
 fi
 
 if ! skip 3; then
@@ -83,7 +98,7 @@ if ! skip 3; then
   [ "$LOWF" -nt "$Q8" ] || "$MOLE" compress "$Q8" -o "$LOWF" --calib "$CALIB" --calib-tokens "$CALIB_TOKENS" -t "$THREADS" >"$M/eval-q8-gptq-ternary.report"
   for low in q4_0 "$LOWF"; do
     echo "== offload with the low tier $low"
-    MODEL=$Q8 LOW=$low ONLY="${ONLY:-hobbit+mixed hobbit+prefetch+mixed lru}" PASSES=${PASSES:-2} NGEN=${NGEN:-64} \
+    BASE_MIB=${BASE_MIB:-20} LIMITS_MIB=${LIMITS_MIB:-"30 25"} MODEL=$Q8 LOW=$low ONLY="${ONLY:-hobbit+mixed hobbit+prefetch+mixed lru}" PASSES=${PASSES:-2} NGEN=${NGEN:-64} \
       bash bench/offload.sh
   done
 fi
