@@ -44,19 +44,23 @@ head -c $((pad + 64 + 18)) /dev/zero >>"$corpus/seed-tiny-tensors.gguf"
   str k.bools; le32 9; le32 7; le64 2; printf '\x01\x00'
 } >"$corpus/seed-tiny-kv.gguf"
 
-run_log=$build/fuzz-run.log
-set +e
-"$build/fuzz_gguf" "$corpus" -max_total_time="$secs" -max_len=2097152 -timeout=20 -rss_limit_mb=4096 \
-  -print_final_stats=1 -artifact_prefix="$build/crash-" >"$run_log" 2>&1
-rc=$?
-set -e
-if [ $rc -ne 0 ]; then
-  tail -n 60 "$run_log" >&2
-  echo "fuzz: fuzz_gguf FAILED (exit $rc); the input is saved as $build/crash-*; full log: $run_log" >&2
-  exit 1
-fi
-execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$run_log" | tail -n 1)
-echo "fuzz: fuzz_gguf ran ${secs}s, ${execs:-?} inputs, corpus $(ls "$corpus" | wc -l) files, no crashes"
+# run_fuzzer NAME CORPUS SECONDS MAX_LEN: fails on any crash, leak or sanitizer report
+run_fuzzer() {
+  local name=$1 corp=$2 t=$3 max_len=$4 log=$build/$1-run.log rc execs
+  set +e
+  "$build/$name" "$corp" -max_total_time="$t" -max_len="$max_len" -timeout=20 -rss_limit_mb=4096 \
+    -print_final_stats=1 -artifact_prefix="$build/crash-$name-" >"$log" 2>&1
+  rc=$?
+  set -e
+  if [ $rc -ne 0 ]; then
+    tail -n 60 "$log" >&2
+    echo "fuzz: $name FAILED (exit $rc); the input is saved as $build/crash-$name-*; full log: $log" >&2
+    exit 1
+  fi
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
+  echo "fuzz: $name ran ${t}s, ${execs:-?} inputs, corpus $(ls "$corp" | wc -l) files, no crashes"
+}
+run_fuzzer fuzz_gguf "$corpus" "$secs" 2097152
 
 # fuzz_tq: seeds are valid inputs (a dictionary of the 9 one-pair runs and a
 # few longer ones, and a blob of 3 rows), from which the mutator starts
@@ -73,16 +77,4 @@ codes=[10,0, 0,1,2,3, 9,9]
 blob=struct.pack("<II",0,len(codes)) + struct.pack("<HHH",0x3c00,0x4000,0x3800) + struct.pack("<%dH"%len(codes),*codes)
 open(d+"/seed-3x8","wb").write(bytes([2,3])+struct.pack("<H",n)+book+blob)
 PY
-run_log=$build/fuzz-tq-run.log
-set +e
-"$build/fuzz_tq" "$corpus_tq" -max_total_time="$secs_tq" -max_len=65536 -timeout=20 -rss_limit_mb=4096 \
-  -print_final_stats=1 -artifact_prefix="$build/crash-tq-" >"$run_log" 2>&1
-rc=$?
-set -e
-if [ $rc -ne 0 ]; then
-  tail -n 60 "$run_log" >&2
-  echo "fuzz: fuzz_tq FAILED (exit $rc); the input is saved as $build/crash-tq-*; full log: $run_log" >&2
-  exit 1
-fi
-execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$run_log" | tail -n 1)
-echo "fuzz: fuzz_tq ran ${secs_tq}s, ${execs:-?} inputs, corpus $(ls "$corpus_tq" | wc -l) files, no crashes"
+run_fuzzer fuzz_tq "$corpus_tq" "$secs_tq" 65536

@@ -13,18 +13,6 @@
 #include "quant/quant_tq.h"
 #include "testutil.h"
 
-static void *xalloc(size_t n) {
-  void *p = mole_aligned_alloc(64, n ? n : 1);
-  assert_non_null(p);
-  memset(p, 0, n);
-  return p;
-}
-
-static float gauss(uint64_t *st) {
-  const float u = tu_rand_uniform(st, 1e-7f, 1.0f), v = tu_rand_uniform(st, 0.0f, 1.0f);
-  return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
-}
-
 static float f16r(float x) { return quant_f16_to_f32(quant_f32_to_f16(x)); }
 
 // ---- GPTQ ------------------------------------------------------------------------
@@ -34,10 +22,10 @@ enum { R = 64, K = 128, NS = 512 };
 // X [NS][K]: correlated inputs x = A z / sqrt(K), A a random mixing matrix;
 // columns in dead[] are zero.
 static float *make_inputs(uint64_t *st, const int *dead, int n_dead) {
-  float *A = xalloc(sizeof(float) * K * K), *X = xalloc(sizeof(float) * NS * K), z[K];
-  for (int i = 0; i < K * K; i++) A[i] = gauss(st);
+  float *A = tu_xalloc(sizeof(float) * K * K), *X = tu_xalloc(sizeof(float) * NS * K), z[K];
+  for (int i = 0; i < K * K; i++) A[i] = tu_gauss(st);
   for (int s = 0; s < NS; s++) {
-    for (int j = 0; j < K; j++) z[j] = gauss(st);
+    for (int j = 0; j < K; j++) z[j] = tu_gauss(st);
     for (int i = 0; i < K; i++) {
       double a = 0;
       for (int j = 0; j < K; j++) a += A[i * K + j] * z[j];
@@ -103,9 +91,9 @@ typedef struct gptq_run {
 } gptq_run;
 
 static void run_dz(gptq_run *o, gptq_grid g, bool rtn, float damp, const float *W0, const float *H0, float dz) {
-  o->W = xalloc(sizeof(float) * R * K);
-  o->q = xalloc(R * K);
-  float *H = xalloc(sizeof(float) * K * K);
+  o->W = tu_xalloc(sizeof(float) * R * K);
+  o->q = tu_xalloc(R * K);
+  float *H = tu_xalloc(sizeof(float) * K * K);
   memcpy(o->W, W0, sizeof(float) * R * K);
   memcpy(H, H0, sizeof(float) * K * K);
   gptq_params p = {g, damp, 32, rtn, dz};
@@ -128,9 +116,9 @@ static void test_gptq_dead_zone(void **state) {
   (void)state;
   uint64_t st = 5;
   float *X = make_inputs(&st, NULL, 0);
-  float *H = xalloc(sizeof(float) * K * K), *W0 = xalloc(sizeof(float) * R * K);
+  float *H = tu_xalloc(sizeof(float) * K * K), *W0 = tu_xalloc(sizeof(float) * R * K);
   gptq_hessian_add(H, X, NS, K, K);
-  for (int i = 0; i < R * K; i++) W0[i] = gauss(&st);
+  for (int i = 0; i < R * K; i++) W0[i] = tu_gauss(&st);
   gptq_run A, B, N;
   run_dz(&A, GPTQ_TERNARY, false, 0.1f, W0, H, 0.5f);
   run_dz(&B, GPTQ_TERNARY, false, 0.1f, W0, H, 0.75f);
@@ -160,12 +148,12 @@ static void test_gptq_vs_rtn(void **state) {
   (void)state;
   uint64_t st = 11;
   float *X = make_inputs(&st, NULL, 0);
-  float *H = xalloc(sizeof(float) * K * K), *Hs = xalloc(sizeof(float) * K * K), *W0 = xalloc(sizeof(float) * R * K);
+  float *H = tu_xalloc(sizeof(float) * K * K), *Hs = tu_xalloc(sizeof(float) * K * K), *W0 = tu_xalloc(sizeof(float) * R * K);
   gptq_hessian_add(H, X, NS, K, K);
   double dmean = 0;
   for (int i = 0; i < K * K; i++) Hs[i] = H[i] * (2.0f / NS);
   for (int i = 0; i < K; i++) dmean += Hs[i * K + i] / K;
-  for (int i = 0; i < R * K; i++) W0[i] = gauss(&st);
+  for (int i = 0; i < R * K; i++) W0[i] = tu_gauss(&st);
   for (int j = 0; j < K; j++) W0[5 * K + j] = 0;  // a row of zeros: s = 0
   const gptq_grid grids[2] = {GPTQ_TERNARY, GPTQ_2BIT};
   for (int gi = 0; gi < 2; gi++) {
@@ -202,8 +190,8 @@ static void test_gptq_vs_rtn(void **state) {
   }
   // RTN without a Hessian: the loss is not measured
   gptq_run N;
-  N.W = xalloc(sizeof(float) * R * K);
-  N.q = xalloc(R * K);
+  N.W = tu_xalloc(sizeof(float) * R * K);
+  N.q = tu_xalloc(R * K);
   memcpy(N.W, W0, sizeof(float) * R * K);
   gptq_params p = {GPTQ_TERNARY, 0.1f, 128, true, 0.5f};
   assert_int_equal(gptq_quantize(&p, N.W, R, K, NULL, 0, N.q, N.scale, NULL, &N.info), MOLE_OK);
@@ -221,10 +209,10 @@ static void test_gptq_dead_columns(void **state) {
   uint64_t st = 12;
   const int dead[2] = {5, 77};
   float *X = make_inputs(&st, dead, 2);
-  float *H = xalloc(sizeof(float) * K * K), *W0 = xalloc(sizeof(float) * R * K);
+  float *H = tu_xalloc(sizeof(float) * K * K), *W0 = tu_xalloc(sizeof(float) * R * K);
   gptq_hessian_add(H, X, NS, K, K);
   assert_true(H[5 * K + 5] == 0 && H[77 * K + 77] == 0);
-  for (int i = 0; i < R * K; i++) W0[i] = gauss(&st);
+  for (int i = 0; i < R * K; i++) W0[i] = tu_gauss(&st);
   for (int gi = 0; gi < 2; gi++) {
     gptq_run G;
     run(&G, gi ? GPTQ_2BIT : GPTQ_TERNARY, false, 0.01f, W0, H);
@@ -248,9 +236,9 @@ static void test_gptq_not_pd(void **state) {
   (void)state;
   uint64_t st = 13;
   float *X = make_inputs(&st, NULL, 0);
-  float *H = xalloc(sizeof(float) * K * K), *Hn = xalloc(sizeof(float) * K * K), *W0 = xalloc(sizeof(float) * R * K);
+  float *H = tu_xalloc(sizeof(float) * K * K), *Hn = tu_xalloc(sizeof(float) * K * K), *W0 = tu_xalloc(sizeof(float) * R * K);
   gptq_hessian_add(H, X, NS, K, K);
-  for (int i = 0; i < R * K; i++) W0[i] = gauss(&st);
+  for (int i = 0; i < R * K; i++) W0[i] = tu_gauss(&st);
   // a negative diagonal: no dampening helps, RTN
   for (int i = 0; i < K; i++) Hn[i * K + i] = -1.0f - (float)i;
   gptq_run G, N;
@@ -311,7 +299,7 @@ static void test_hessian_add(void **state) {
   (void)state;
   uint64_t st = 14;
   const int n = 37, k = 29, ldx = 33;
-  float *X = xalloc(sizeof(float) * n * ldx), *H = xalloc(sizeof(float) * k * k);
+  float *X = tu_xalloc(sizeof(float) * n * ldx), *H = tu_xalloc(sizeof(float) * k * k);
   for (int i = 0; i < n * ldx; i++) X[i] = tu_rand_uniform(&st, -1, 1);
   for (int i = 0; i < k * k; i++) H[i] = 0.5f;
   gptq_hessian_add(H, X, 20, k, ldx);
@@ -332,11 +320,11 @@ static void test_hessian_add(void **state) {
 
 // Gaussian rows ternarised with s = max|w_row|, t = round(w / s).
 static void gauss_ternary(uint64_t *st, int8_t *t, int64_t rows, int64_t k) {
-  float *w = xalloc(sizeof(float) * (size_t)k);
+  float *w = tu_xalloc(sizeof(float) * (size_t)k);
   for (int64_t r = 0; r < rows; r++) {
     float m = 0;
     for (int64_t j = 0; j < k; j++) {
-      w[j] = gauss(st);
+      w[j] = tu_gauss(st);
       m = fmaxf(m, fabsf(w[j]));
     }
     for (int64_t j = 0; j < k; j++) t[r * k + j] = (int8_t)rintf(w[j] / m);
@@ -358,8 +346,8 @@ static uint8_t *build(const int8_t *t, int64_t rows, int64_t k, int64_t max_node
 // runs of at most TQ_PAIRS_MAX pairs; tq_book_new agrees.
 static void check_book(const uint8_t *c, int64_t n, int64_t n_max) {
   assert_true(n >= TQ_SYMBOLS && n <= n_max);
-  int32_t *child = xalloc(sizeof(int32_t) * TQ_SYMBOLS * (size_t)n);
-  uint8_t *depth = xalloc((size_t)n);
+  int32_t *child = tu_xalloc(sizeof(int32_t) * TQ_SYMBOLS * (size_t)n);
+  uint8_t *depth = tu_xalloc((size_t)n);
   memset(child, 0xff, sizeof(int32_t) * TQ_SYMBOLS * (size_t)n);
   int32_t root[TQ_SYMBOLS];
   for (int s = 0; s < TQ_SYMBOLS; s++) root[s] = -1;
@@ -386,7 +374,7 @@ static void test_codebook_structure(void **state) {
   (void)state;
   uint64_t st = 21;
   const int64_t k = 64, rows = 300;
-  int8_t *t = xalloc((size_t)(rows * k));
+  int8_t *t = tu_xalloc((size_t)(rows * k));
   gauss_ternary(&st, t, rows, k);
   for (int64_t j = 0; j < k; j++) t[7 * k + j] = (int8_t)((j % 3) - 1);  // a row with every symbol
   const int64_t caps[3] = {10, 200, 1 << 20}, nmax[3] = {9, 100, TQ_BOOK_MAX};
@@ -438,7 +426,7 @@ static void test_codebook_structure(void **state) {
 // built from and on held-out rows, against the order-0 entropy.
 static void check_bits(int64_t k, int64_t rows, double max_train, double max_held) {
   uint64_t st = 22 + (uint64_t)k;
-  int8_t *t = xalloc((size_t)(rows * k)), *h = xalloc((size_t)(rows * k));
+  int8_t *t = tu_xalloc((size_t)(rows * k)), *h = tu_xalloc((size_t)(rows * k));
   gauss_ternary(&st, t, rows, k);
   gauss_ternary(&st, h, rows, k);
   tq_symstats ss = {0};
@@ -465,7 +453,7 @@ static void check_bits(int64_t k, int64_t rows, double max_train, double max_hel
   // the production encoder spends as many codes
   tq_book *book;
   assert_int_equal(tq_book_new(c, n, &book), MOLE_OK);
-  float *scale = xalloc(sizeof(float) * (size_t)rows);
+  float *scale = tu_xalloc(sizeof(float) * (size_t)rows);
   const size_t bytes = tq1_encode(book, h, scale, rows, k, NULL, 0);
   assert_int_equal((bytes - tq1_codes_offset(rows)) / 2, ch);
   tq_book_free(book);

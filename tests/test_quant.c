@@ -14,13 +14,6 @@ static const quant_type k_weight_types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q4_0, 
                                             QT_Q8_0, QT_Q2_K, QT_Q3_K, QT_Q4_K, QT_Q5_K, QT_Q6_K};
 #define N_WEIGHT_TYPES (sizeof k_weight_types / sizeof k_weight_types[0])
 
-static void *xalloc(size_t n) {
-  void *p = mole_aligned_alloc(64, n ? n : 1);
-  assert_non_null(p);
-  memset(p, 0, n);
-  return p;
-}
-
 static void fill(uint64_t *st, float *x, int64_t n, float lo, float hi) {
   for (int64_t i = 0; i < n; i++) x[i] = tu_rand_uniform(st, lo, hi);
 }
@@ -150,8 +143,8 @@ static void test_float_rows(void **st) {
   (void)st;
   uint64_t s = 7;
   const int64_t n = 65536 + 13;
-  float *x = xalloc(n * 4), *a = xalloc(n * 4), *b = xalloc(n * 4);
-  uint16_t *ha = xalloc(n * 2), *hb = xalloc(n * 2);
+  float *x = tu_xalloc(n * 4), *a = tu_xalloc(n * 4), *b = tu_xalloc(n * 4);
+  uint16_t *ha = tu_xalloc(n * 2), *hb = tu_xalloc(n * 2);
   const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 65520.0f, 65519.99f, 0x1p-25f, 0x1.8p-24f,
                            0x1p-14f, 0x1.ffcp-15f, bitsf(1), bitsf(0x3f808000), bitsf(0x3f818000), 1e-8f, -3e-6f,
                            bitsf(0x7f7fffff), bitsf(0x7f800001), 1.0f + 0x1p-11f};
@@ -295,8 +288,8 @@ static void test_round_trip(void **st) {
   (void)st;
   uint64_t s = 1;
   const int64_t n = 256 * 12;
-  float *x = xalloc(n * 4), *y = xalloc(n * 4), *z = xalloc(n * 4);
-  void *q = xalloc(n * 4), *q2 = xalloc(n * 4);
+  float *x = tu_xalloc(n * 4), *y = tu_xalloc(n * 4), *z = tu_xalloc(n * 4);
+  void *q = tu_xalloc(n * 4), *q2 = tu_xalloc(n * 4);
   fill(&s, x, n, -1, 1);
   memset(x + 256, 0, 256 * 4);  // an all-zero super-block
   for (int64_t i = 512; i < 768; i++) x[i] = 0.01f * x[i] + 3.0f;  // offset, all positive
@@ -337,8 +330,8 @@ static void test_act_quant(void **st) {
   (void)st;
   uint64_t s = 3;
   const int64_t n = 256 * 9;
-  float *x = xalloc(n * 4);
-  uint8_t *a = xalloc(n * 2), *b = xalloc(n * 2);
+  float *x = tu_xalloc(n * 4);
+  uint8_t *a = tu_xalloc(n * 2), *b = tu_xalloc(n * 2);
   for (int rep = 0; rep < 20; rep++) {
     fill(&s, x, n, -2, 2);
     if (rep == 1) memset(x + 256, 0, 256 * 4);
@@ -383,14 +376,14 @@ typedef struct {
 static void make_case(dot_case *c, quant_type t, int64_t n, uint64_t *s) {
   const quant_traits *R = quant_traits_ref(t);
   const quant_traits *V = quant_traits_ref(R->vec_dot_type);
-  float *x = xalloc(n * 4), *y = xalloc(n * 4), *dx = xalloc(n * 4), *dy = xalloc(n * 4);
+  float *x = tu_xalloc(n * 4), *y = tu_xalloc(n * 4), *dx = tu_xalloc(n * 4), *dy = tu_xalloc(n * 4);
   fill(s, x, n, -1, 1);
   fill(s, y, n, -3, 3);
   for (int64_t i = 0; i < n; i += 97) y[i] *= 8;  // outliers
   c->t = t;
   c->n = n;
-  c->w = xalloc(quant_row_size(t, n) + 64);
-  c->a = xalloc(quant_row_size(R->vec_dot_type, n) + 64);
+  c->w = tu_xalloc(quant_row_size(t, n) + 64);
+  c->a = tu_xalloc(quant_row_size(R->vec_dot_type, n) + 64);
   R->from_float(x, c->w, n);
   V->from_float(y, c->a, n);
   R->to_float(c->w, dx, n);
@@ -456,10 +449,10 @@ static void check_gemm(quant_type t, int64_t rows, int64_t i0, int64_t i1, int64
   size_t wstride = quant_row_size(t, k) + 8 * (size_t)quant_type_size(t);  // padded rows
   size_t xstride = quant_row_size(vt, k);
   int64_t ldy = rows + 5;
-  char *W = xalloc(wstride * rows), *X = xalloc(xstride * n_tok + 64);
-  float *buf = xalloc(k * 4), *Y = xalloc(ldy * n_tok * 4), *ref = xalloc(ldy * n_tok * 4);
-  double *mag = xalloc(ldy * n_tok * 8);
-  float *dw = xalloc(rows * k * 4), *dx = xalloc(n_tok * k * 4);
+  char *W = tu_xalloc(wstride * rows), *X = tu_xalloc(xstride * n_tok + 64);
+  float *buf = tu_xalloc(k * 4), *Y = tu_xalloc(ldy * n_tok * 4), *ref = tu_xalloc(ldy * n_tok * 4);
+  double *mag = tu_xalloc(ldy * n_tok * 8);
+  float *dw = tu_xalloc(rows * k * 4), *dx = tu_xalloc(n_tok * k * 4);
   for (int64_t i = 0; i < rows; i++) {
     fill(s, buf, k, -1, 1);
     R->from_float(buf, W + i * wstride, k);

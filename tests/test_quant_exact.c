@@ -13,13 +13,6 @@
 #include "quant/quant_internal.h"
 #include "testutil.h"
 
-static void *xalloc(size_t n) {
-  void *p = mole_aligned_alloc(64, n ? n : 1);
-  assert_non_null(p);
-  memset(p, 0, n);
-  return p;
-}
-
 // ---- deterministic inputs (integer arithmetic only: the same bits on every
 // compiler, so that the golden hashes hold) --------------------------------------------
 
@@ -172,7 +165,7 @@ static int k_list(qx_order o, int64_t *ks) {
 
 // activation rows of the vec_dot type of t from gen_act floats
 static void gen_xrows(uint64_t *s, quant_type t, int64_t k, int64_t n, char *X, size_t xstride) {
-  float *f = xalloc((size_t)k * sizeof(float));
+  float *f = tu_xalloc((size_t)k * sizeof(float));
   for (int64_t j = 0; j < n; j++) {
     for (int64_t i = 0; i < k; i++) f[i] = gen_act(s);
     quant_traits_ref(vec_type(t))->from_float(f, X + (size_t)j * xstride, k);
@@ -191,7 +184,7 @@ static void test_dot_twins(void **st) {
     const int nk = k_list(o, ks);
     for (int ki = 0; ki < nk; ki++) {
       const int64_t k = ks[ki];
-      char *w = xalloc(quant_row_size(t, k)), *x = xalloc(quant_row_size(vec_type(t), k));
+      char *w = tu_xalloc(quant_row_size(t, k)), *x = tu_xalloc(quant_row_size(vec_type(t), k));
       for (int rep = 0; rep < 4; rep++) {
         gen_wrow(&s, t, k, w);
         gen_xrows(&s, t, k, 1, x, 0);
@@ -212,8 +205,8 @@ static void check_tile(uint64_t *s, qx_order o, quant_type t, int64_t k, int64_t
                        int64_t n, int64_t j0, int64_t j1) {
   const size_t wstride = quant_row_size(t, k) + 2 * quant_type_size(t), xstride = quant_row_size(vec_type(t), k) + 4;
   const int64_t ldy = rows + 3;
-  char *W = xalloc(wstride * (size_t)rows), *X = xalloc(xstride * (size_t)n);
-  float *Y0 = xalloc(sizeof(float) * (size_t)(ldy * n)), *Y1 = xalloc(sizeof(float) * (size_t)(ldy * n));
+  char *W = tu_xalloc(wstride * (size_t)rows), *X = tu_xalloc(xstride * (size_t)n);
+  float *Y0 = tu_xalloc(sizeof(float) * (size_t)(ldy * n)), *Y1 = tu_xalloc(sizeof(float) * (size_t)(ldy * n));
   for (int64_t i = 0; i < rows; i++) gen_wrow(s, t, k, W + (size_t)i * wstride);
   gen_xrows(s, t, k, n, X, xstride);
   for (int64_t e = 0; e < ldy * n; e++) Y0[e] = Y1[e] = -7.0f;
@@ -275,8 +268,8 @@ static void test_gemm_split(void **st) {
       const quant_type t = cases[c].t;
       const int64_t rows = cases[c].rows, n = cases[c].n, k = cases[c].k;
       const size_t wstride = quant_row_size(t, k), xstride = quant_row_size(vec_type(t), k);
-      char *W = xalloc(wstride * (size_t)rows), *X = xalloc(xstride * (size_t)n);
-      float *Y = xalloc(sizeof(float) * (size_t)(rows * n));
+      char *W = tu_xalloc(wstride * (size_t)rows), *X = tu_xalloc(xstride * (size_t)n);
+      float *Y = tu_xalloc(sizeof(float) * (size_t)(rows * n));
       for (int64_t i = 0; i < rows; i++) gen_wrow(&s, t, k, W + (size_t)i * wstride);
       gen_xrows(&s, t, k, n, X, xstride);
       assert_true(quant_exact_gemm(t, &cases[c].op, QL_ROWS, W, wstride, X, xstride, Y, rows, 0, rows, n, k));
@@ -313,8 +306,8 @@ static const order_type k_r16[] = {{QX_Q4_0_C1, QT_Q4_0},   {QX_Q8_0, QT_Q8_0}, 
 // A random matrix of `rows` rows in row layout and its R16 copy.
 static void gen_r16(uint64_t *s, quant_type t, int64_t k, int64_t rows, char **W, char **R) {
   const size_t rb = quant_row_size(t, k);
-  *W = xalloc(rb * (size_t)rows);
-  *R = xalloc(rb * (size_t)rows);
+  *W = tu_xalloc(rb * (size_t)rows);
+  *R = tu_xalloc(rb * (size_t)rows);
   for (int64_t i = 0; i < rows; i++) gen_wrow(s, t, k, *W + (size_t)i * rb);
   // in two calls, as threads would pack it
   const int64_t ng = rows / 16;
@@ -335,7 +328,7 @@ static void test_r16_layout(void **st) {
       const size_t rb = quant_row_size(t, k);
       char *W, *R;
       gen_r16(&s, t, k, rows, &W, &R);
-      char *back = xalloc(rb * (size_t)rows);
+      char *back = tu_xalloc(rb * (size_t)rows);
       quant_r16_rows(t, R, k, rows, 0, rows, back);
       assert_memory_equal(back, W, rb * (size_t)rows);
       // the same bytes, rearranged: a byte histogram is unchanged except for
@@ -383,11 +376,11 @@ static void test_r16_tiles(void **st) {
       const int64_t k = ks[si % 3];
       const size_t rb = quant_row_size(t, k), xstride = quant_row_size(vec_type(t), k) + 4;
       const int64_t ldy = rows + 3;
-      char *W, *R, *X = xalloc(xstride * (size_t)n);
+      char *W, *R, *X = tu_xalloc(xstride * (size_t)n);
       gen_r16(&s, t, k, rows, &W, &R);
       gen_xrows(&s, t, k, n, X, xstride);
-      float *Y0 = xalloc(sizeof(float) * (size_t)(ldy * n)), *Y1 = xalloc(sizeof(float) * (size_t)(ldy * n)),
-            *Y2 = xalloc(sizeof(float) * (size_t)(ldy * n));
+      float *Y0 = tu_xalloc(sizeof(float) * (size_t)(ldy * n)), *Y1 = tu_xalloc(sizeof(float) * (size_t)(ldy * n)),
+            *Y2 = tu_xalloc(sizeof(float) * (size_t)(ldy * n));
       for (int64_t e = 0; e < ldy * n; e++) Y0[e] = Y1[e] = Y2[e] = -7.0f;
       quant_exact_tile_ref(o, W, rb, X, xstride, Y0, ldy, i0, i1, 0, n, k);
       quant_exact_tile_r16_ref(o, t, R, rows, X, xstride, Y1, ldy, i0, i1, 0, n, k);
@@ -429,10 +422,10 @@ static void test_r16_gemm(void **st) {
       const quant_type t = cases[c].t;
       const int64_t rows = cases[c].rows, n = cases[c].n, k = cases[c].k;
       const size_t rb = quant_row_size(t, k), xstride = quant_row_size(vec_type(t), k);
-      char *W, *R, *X = xalloc(xstride * (size_t)n);
+      char *W, *R, *X = tu_xalloc(xstride * (size_t)n);
       gen_r16(&s, t, k, rows, &W, &R);
       gen_xrows(&s, t, k, n, X, xstride);
-      float *Y0 = xalloc(sizeof(float) * (size_t)(rows * n)), *Y1 = xalloc(sizeof(float) * (size_t)(rows * n));
+      float *Y0 = tu_xalloc(sizeof(float) * (size_t)(rows * n)), *Y1 = tu_xalloc(sizeof(float) * (size_t)(rows * n));
       const quant_op op = {.n_rows = rows, .expert = cases[c].expert};
       quant_gemm_op(t, QL_ROWS, W, rb, X, xstride, Y0, rows, 0, rows, n, k, &op);
       // split as two threads would: on a group boundary
@@ -487,8 +480,8 @@ static void test_golden(void **st) {
       const golden_case *g = &k_golden[c];
       uint64_t s = 1000 + c;
       const size_t wstride = quant_row_size(g->t, g->k), xstride = quant_row_size(vec_type(g->t), g->k);
-      char *W = xalloc(wstride * (size_t)g->rows), *X = xalloc(xstride * (size_t)g->n);
-      float *f = xalloc(sizeof(float) * (size_t)g->k), *Y = xalloc(sizeof(float) * (size_t)(g->rows * g->n));
+      char *W = tu_xalloc(wstride * (size_t)g->rows), *X = tu_xalloc(xstride * (size_t)g->n);
+      float *f = tu_xalloc(sizeof(float) * (size_t)g->k), *Y = tu_xalloc(sizeof(float) * (size_t)(g->rows * g->n));
       for (int64_t i = 0; i < g->rows; i++) gen_wrow(&s, g->t, g->k, W + (size_t)i * wstride);
       for (int64_t j = 0; j < g->n; j++) {
         for (int64_t i = 0; i < g->k; i++) f[i] = gen_act(&s);
@@ -504,7 +497,7 @@ static void test_golden(void **st) {
                  g->expert ? "mul_mat_id" : "mul_mat", quant_isa_name(), (unsigned long long)h,
                  (unsigned long long)g->hash);
       if (quant_r16_supported(g->t, g->rows)) {  // the same through the R16 layout
-        char *R = xalloc(wstride * (size_t)g->rows);
+        char *R = tu_xalloc(wstride * (size_t)g->rows);
         quant_r16_pack(g->t, W, R, g->k, g->rows, 0, g->rows / 16);
         memset(Y, 0, sizeof(float) * (size_t)(g->rows * g->n));
         assert_true(quant_exact_gemm(g->t, &op, QL_R16, R, wstride, X, xstride, Y, g->rows, 0, g->rows, g->n, g->k));

@@ -13,18 +13,6 @@
 #include "quant/quant_tq.h"
 #include "testutil.h"
 
-static void *xalloc(size_t n) {
-  void *p = mole_aligned_alloc(64, n ? n : 1);
-  assert_non_null(p);
-  memset(p, 0, n);
-  return p;
-}
-
-static float gauss(uint64_t *st) {
-  float u = tu_rand_uniform(st, 1e-7f, 1.0f), v = tu_rand_uniform(st, 0.0f, 1.0f);
-  return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
-}
-
 // Ternary rows: Gaussian rows with s = max|w|, t = round(w / s * spread):
 // spread 1 gives the ~92% zeros of real experts, larger spreads denser rows.
 static void make_ternary(uint64_t *st, int8_t *t, float *scale, int64_t n_rows, int64_t k, float spread) {
@@ -32,7 +20,7 @@ static void make_ternary(uint64_t *st, int8_t *t, float *scale, int64_t n_rows, 
   for (int64_t r = 0; r < n_rows; r++) {
     float m = 0;
     for (int64_t j = 0; j < k; j++) {
-      w[j] = gauss(st);
+      w[j] = tu_gauss(st);
       m = fmaxf(m, fabsf(w[j]));
     }
     const int kind = (int)(tu_rand_u64(st) % 8);
@@ -286,7 +274,7 @@ static tq1_mat make_tq1(uint64_t *st, int64_t n_rows, int64_t k, float spread) {
   m.scale = malloc((size_t)n_rows * sizeof(float) + 4);
   make_ternary(st, m.t, m.scale, n_rows, k, spread);
   m.bytes = tq1_encode(g_book, m.t, m.scale, n_rows, k, NULL, 0);
-  m.blob = xalloc(m.bytes);
+  m.blob = tu_xalloc(m.bytes);
   assert_int_equal(tq1_encode(g_book, m.t, m.scale, n_rows, k, m.blob, m.bytes), m.bytes);
   char err[200];
   if (!tq1_check(g_book, m.blob, m.bytes, n_rows, k, err, sizeof err)) fail_msg("fresh blob: %s", err);
@@ -469,10 +457,10 @@ typedef void (*deq_fn)(const void *ctx, int64_t r, float *y);
 static void check_kernel(const void *ctx, gemm_fn gemm, gemm_fn ref, deq_fn deq, int64_t n_rows, int64_t k,
                          int64_t n_tok, int64_t i0, int64_t i1, uint64_t *st) {
   const int64_t xs = k + 3, ldy = n_rows + 5;  // padded strides
-  float *X = xalloc((size_t)(n_tok * xs + 1) * sizeof(float));
-  float *Yr = xalloc((size_t)(n_tok * ldy) * sizeof(float)), *Ys = xalloc((size_t)(n_tok * ldy) * sizeof(float));
+  float *X = tu_xalloc((size_t)(n_tok * xs + 1) * sizeof(float));
+  float *Yr = tu_xalloc((size_t)(n_tok * ldy) * sizeof(float)), *Ys = tu_xalloc((size_t)(n_tok * ldy) * sizeof(float));
   for (int64_t j = 0; j < n_tok; j++)
-    for (int64_t e = 0; e < k; e++) X[j * xs + e] = j == 1 ? 0.0f : gauss(st) * (j + 1);
+    for (int64_t e = 0; e < k; e++) X[j * xs + e] = j == 1 ? 0.0f : tu_gauss(st) * (j + 1);
   ref(ctx, X, (size_t)xs * sizeof(float), Yr, ldy, i0, i1, n_tok);
   const int maxl = quant_force_isa(99);
   for (int lv = 0; lv <= maxl; lv++) {
@@ -579,10 +567,10 @@ static void test_tq1_extremes(void **state) {
     t[2 * k + j] = (int8_t)(j % 3 - 1);
   }
   const size_t bytes = tq1_encode(b, t, sc, R, k, NULL, 0);
-  uint8_t *blob = xalloc(bytes);
+  uint8_t *blob = tu_xalloc(bytes);
   assert_int_equal(tq1_encode(b, t, sc, R, k, blob, bytes), bytes);
   assert_true(tq1_check(b, blob, bytes, R, k, NULL, 0));
-  float *X = xalloc(2 * (size_t)k * sizeof(float)), Yr[6], Ys[6];
+  float *X = tu_xalloc(2 * (size_t)k * sizeof(float)), Yr[6], Ys[6];
   for (int64_t j = 0; j < k; j++) {
     X[j] = 1.0f;
     X[k + j] = -3.0f;
@@ -637,7 +625,7 @@ static void test_tq2(void **state) {
       }
       const size_t bytes = tq2_encode(q, sc, z, n_rows, k, NULL);
       assert_int_equal(bytes, tq2_matrix_bytes(n_rows, k));
-      uint8_t *blob = xalloc(bytes);
+      uint8_t *blob = tu_xalloc(bytes);
       assert_int_equal(tq2_encode(q, sc, z, n_rows, k, blob), bytes);
       float *y = malloc((size_t)k * sizeof(float));
       for (int64_t r = 0; r < n_rows; r++) {

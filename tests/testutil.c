@@ -1,8 +1,11 @@
 #include "testutil.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "base/base.h"
 
 const char *tu_path(const char *rel) {
   static char bufs[8][4096];
@@ -41,6 +44,18 @@ uint64_t tu_rand_u64(uint64_t *s) {
 
 float tu_rand_uniform(uint64_t *s, float lo, float hi) {
   return lo + (hi - lo) * (float)((tu_rand_u64(s) >> 40) / (double)(1ull << 24));
+}
+
+float tu_gauss(uint64_t *s) {
+  const float u = tu_rand_uniform(s, 1e-7f, 1.0f), v = tu_rand_uniform(s, 0.0f, 1.0f);
+  return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
+}
+
+void *tu_xalloc(size_t n) {
+  void *p = mole_aligned_alloc(64, n ? n : 1);
+  MOLE_ASSERT(p);
+  memset(p, 0, n);
+  return p;
 }
 
 int tu_asan(void) {

@@ -16,6 +16,9 @@ void *tu_read_file(const char *path, size_t *n);
 // xorshift random numbers for reproducible tests
 uint64_t tu_rand_u64(uint64_t *state);
 float tu_rand_uniform(uint64_t *state, float lo, float hi);
+float tu_gauss(uint64_t *state);  // standard normal (Box-Muller)
+// n zeroed bytes, 64-byte aligned (mole_aligned_free); aborts when out of memory.
+void *tu_xalloc(size_t n);
 // true under the ASan build (MOLE_ASAN=1): tests may pick smaller loads.
 int tu_asan(void);
 

@@ -6,8 +6,8 @@
 // Every kernel computes, per row i and token j, the exact integer
 //   acc = sum_w t_w * x16_w            (TQ1)
 //   acc = sum_w q_w * x16_w - z_i * sum_w x16_w   (TQ2)
-// and then y = s_i * (dx_j * (float)acc) (tq_out below, copied verbatim into
-// the SIMD files), so every ISA gives the reference's bits.
+// and then y = s_i * (dx_j * (float)acc) (tq_out, quant_tq_internal.h, shared
+// with the SIMD files), so every ISA gives the reference's bits.
 #include "quant/quant_tq.h"
 
 #include <math.h>
@@ -15,22 +15,9 @@
 #include <string.h>
 
 #include "quant/quant_internal.h"
+#include "quant/quant_tq_internal.h"
 
 // ---- small helpers ------------------------------------------------------------
-
-static inline uint32_t rd_u32(const uint8_t *p) {
-  uint32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
-static inline uint16_t rd_u16(const uint8_t *p) {
-  uint16_t v;
-  memcpy(&v, p, 2);
-  return v;
-}
-
-// The one output formula of every TQ kernel (keep identical in the SIMD files).
-static inline float tq_out(float s, float dx, int64_t acc) { return s * (dx * (float)acc); }
 
 static inline int64_t tq_groups(int64_t n_rows) { return (n_rows + 15) / 16; }
 
@@ -256,8 +243,6 @@ bool tq1_check(const tq_book *b, const void *blob, size_t bytes, int64_t n_rows,
 }
 
 // Index of the first code of row r (the blob is trusted: checked at load).
-// Shared with the SIMD files (declared there).
-uint64_t tq1_row_start(const tq_book *b, const uint8_t *w, int64_t n_rows, int64_t k, int64_t r);
 uint64_t tq1_row_start(const tq_book *b, const uint8_t *w, int64_t n_rows, int64_t k, int64_t r) {
   const int64_t g = r / 16;
   const uint8_t *codes = w + tq1_codes_offset(n_rows);
@@ -346,9 +331,6 @@ float tq_quantize_x(const float *x, int64_t k, int16_t *x16) {
 // int16 activations of n_tok rows in per-thread scratch (slot 0): returns
 // x16 with a row stride *ld int16 (a multiple of 32), fills dx[n_tok] and
 // hands back `extra` more bytes (64-byte aligned) for the caller in *ext.
-// Shared with the SIMD files (declared there).
-int16_t *tq_prepare_x(const float *X, size_t xstride, int64_t n_tok, int64_t k, size_t extra, int64_t *ld, float **dx,
-                      void **ext);
 int16_t *tq_prepare_x(const float *X, size_t xstride, int64_t n_tok, int64_t k, size_t extra, int64_t *ld, float **dx,
                       void **ext) {
   const int64_t l = (k + 64 + 31) / 32 * 32;

@@ -23,26 +23,8 @@
 #include <immintrin.h>
 
 #include "quant/quant_internal.h"
-#include "quant/quant_tq.h"
+#include "quant/quant_tq_internal.h"
 
-// quant_tq.c
-uint64_t tq1_row_start(const tq_book *b, const uint8_t *w, int64_t n_rows, int64_t k, int64_t r);
-int16_t *tq_prepare_x(const float *X, size_t xstride, int64_t n_tok, int64_t k, size_t extra, int64_t *ld, float **dx,
-                      void **ext);
-
-// The one output formula of every TQ kernel (as in quant_tq.c).
-static inline float tq_out(float s, float dx, int64_t acc) { return s * (dx * (float)acc); }
-
-static inline uint32_t rd_u32(const uint8_t *p) {
-  uint32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
-static inline uint16_t rd_u16(const uint8_t *p) {
-  uint16_t v;
-  memcpy(&v, p, 2);
-  return v;
-}
 
 // Sum of the 16 int32 lanes in int64.
 static inline int64_t reduce64(__m512i v) {
