@@ -4,7 +4,7 @@ BUILD ?= build
 CMAKE_FLAGS ?=
 DEMO ?= eval-model/mole-eval-moe-q8_0.gguf
 
-.PHONY: all deps build test test-release test-asan fuzz run bench clean eval-model
+.PHONY: all deps build test test-release test-asan fuzz run bench bench-compress clean eval-model
 
 all: build
 
@@ -38,6 +38,11 @@ bench: deps
 	@$(MAKE) --no-print-directory build
 	@bash bench/run.sh
 	@bash bench/offload.sh
+
+# QMoE compression (issue 10): needs the F16 evaluation model and its corpus (make eval-model)
+bench-compress: deps
+	@$(MAKE) --no-print-directory build
+	@bash bench/compress.sh
 
 # The trained evaluation model (eval-model/): corpus, BPE, about an hour of training, GGUF export,
 # figures. Needs PyTorch from Debian (installed here, not by deps); COMMIT=1 refreshes eval-model/.
