@@ -27,6 +27,7 @@ check dense 1 "a dense model" -- "$M" compress "$S/tests/data/conformance/models
 check same-file 2 "must not be the input" -- "$M" compress "$T/m.gguf" -o "$T/m.gguf" --rtn
 
 check gptq-ternary 0 "bits per weight" -- "$M" "${C[@]}" -o "$T/t.gguf"
+check gptq-act-order 0 "act order" -- "$M" "${C[@]}" -o "$T/ta.gguf" --act-order
 check gptq-2bit 0 "2-bit grid" -- "$M" "${C[@]}" -o "$T/t2.gguf" --bits 2
 check rtn 0 "round-to-nearest" -- "$M" compress "$T/m.gguf" -o "$T/r.gguf" --rtn
 check inspect 0 "mole.tq.dictionary" -- "$M" inspect "$T/t.gguf"

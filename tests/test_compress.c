@@ -90,15 +90,20 @@ typedef struct gptq_run {
   mole_status st;
 } gptq_run;
 
-static void run_dz(gptq_run *o, gptq_grid g, bool rtn, float damp, const float *W0, const float *H0, float dz) {
+static void run_ao(gptq_run *o, gptq_grid g, bool rtn, float damp, const float *W0, const float *H0, float dz,
+                   bool act_order) {
   o->W = tu_xalloc(sizeof(float) * R * K);
   o->q = tu_xalloc(R * K);
   float *H = tu_xalloc(sizeof(float) * K * K);
   memcpy(o->W, W0, sizeof(float) * R * K);
   memcpy(H, H0, sizeof(float) * K * K);
-  gptq_params p = {g, damp, 32, rtn, dz};
+  gptq_params p = {g, damp, 32, rtn, dz, act_order};
   o->st = gptq_quantize(&p, o->W, R, K, H, NS, o->q, o->scale, g == GPTQ_2BIT ? o->zero : NULL, &o->info);
   mole_aligned_free(H);
+}
+
+static void run_dz(gptq_run *o, gptq_grid g, bool rtn, float damp, const float *W0, const float *H0, float dz) {
+  run_ao(o, g, rtn, damp, W0, H0, dz, false);
 }
 
 static void run(gptq_run *o, gptq_grid g, bool rtn, float damp, const float *W0, const float *H0) {
@@ -180,8 +185,18 @@ static void test_gptq_vs_rtn(void **state) {
     const double eg = loss(W0, G.W, Hs, lam), en = loss(W0, N.W, Hs, lam);
     assert_true(fabs(G.info.err - eg) <= 1e-3 * eg);
     assert_true(fabs(N.info.err - en) <= 1e-3 * en);
+    // act order: on the grid, in the original column order, its loss reported, below RTN
+    gptq_run A;
+    run_ao(&A, grids[gi], false, 0.1f, W0, H, 0.5f, true);
+    assert_int_equal(A.st, MOLE_OK);
+    check_grid(grids[gi], W0, A.W, A.q, A.scale, A.zero, &A.info);
+    const double ea = loss(W0, A.W, Hs, lam);
+    assert_true(fabs(A.info.err - ea) <= 1e-3 * ea);
     // the true loss (undampened): GPTQ well below RTN
-    const double tg = loss(W0, G.W, Hs, 0), tn = loss(W0, N.W, Hs, 0);
+    const double tg = loss(W0, G.W, Hs, 0), tn = loss(W0, N.W, Hs, 0), ta = loss(W0, A.W, Hs, 0);
+    mole_log(MOLE_LOG_INFO, "gptq act order: loss %.3f (in column order %.3f, RTN %.3f)", ta, tg, tn);
+    assert_true(ta < 0.75 * tn);
+    run_free(&A);
     mole_log(MOLE_LOG_INFO, "gptq %s %dx%d: loss %.3f vs RTN %.3f (dampened %.3f vs %.3f)",
              gi ? "2-bit" : "ternary", R, K, tg, tn, eg, en);
     assert_true(tg < 0.75 * tn);
@@ -193,7 +208,7 @@ static void test_gptq_vs_rtn(void **state) {
   N.W = tu_xalloc(sizeof(float) * R * K);
   N.q = tu_xalloc(R * K);
   memcpy(N.W, W0, sizeof(float) * R * K);
-  gptq_params p = {GPTQ_TERNARY, 0.1f, 128, true, 0.5f};
+  gptq_params p = {GPTQ_TERNARY, 0.1f, 128, true, 0.5f, false};
   assert_int_equal(gptq_quantize(&p, N.W, R, K, NULL, 0, N.q, N.scale, NULL, &N.info), MOLE_OK);
   assert_true(isnan(N.info.err));
   check_grid(GPTQ_TERNARY, W0, N.W, N.q, N.scale, NULL, &N.info);
@@ -275,7 +290,7 @@ static void test_gptq_not_pd(void **state) {
   int8_t q[K];
   float w[K], s[1];
   for (int j = 0; j < K; j++) w[j] = (float)j;
-  gptq_params p = {GPTQ_TERNARY, 0.1f, 128, false, 0.5f};
+  gptq_params p = {GPTQ_TERNARY, 0.1f, 128, false, 0.5f, false};
   assert_int_equal(gptq_quantize(&p, w, 1, K, NULL, NS, q, s, NULL, NULL), MOLE_ERR_ARG);
   assert_int_equal(gptq_quantize(&p, w, 1, K, Hn, 0, q, s, NULL, NULL), MOLE_ERR_ARG);
   p.grid = GPTQ_2BIT;

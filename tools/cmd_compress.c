@@ -22,6 +22,8 @@ static const char *k_help =
     "  --damp X            GPTQ dampening, a fraction of mean(diag H) (default 0.1)\n"
     "  --block N           GPTQ lazy-batch columns (default 128)\n"
     "  --rtn               round to nearest on the same grid instead of GPTQ (no calibration)\n"
+    "  --act-order         GPTQ's columns by decreasing H diagonal: lower error, slightly fewer\n"
+    "                      zeros (more bits) than column order (the default)\n"
     "  --cap X             an expert's calibration inputs are capped at X times the mean (default 4)\n"
     "  --dead-zone X       ternary: |w| <= X * s rounds to 0 (default 0.5, to nearest); larger is\n"
     "                      sparser: fewer bits per weight, more error (GPTQ and --rtn alike)\n"
@@ -60,6 +62,8 @@ int cmd_compress(int argc, char **argv) {
     } else if (!strcmp(a, "--dead-zone")) {
       if (!(v = cli_value(argc, argv, &i)) || cli_parse_f64(a, v, 0.5, 0.99, &d)) return 2;
       p.dead_zone = (float)d;
+    } else if (!strcmp(a, "--act-order")) {
+      p.act_order = true;
     } else if (!strcmp(a, "--rtn")) {
       p.rtn = true;
     } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {

@@ -249,6 +249,70 @@ static double gptq_columns(float *W, int64_t n_rows, int64_t k, const float *V, 
   return loss;
 }
 
+// ---- act order -------------------------------------------------------------------
+// GPTQ's "act order": columns quantized in order of decreasing H diagonal (the
+// inputs with the most energy first, while the most columns remain to take
+// their error). perm[j] = the original column at place j.
+
+typedef struct {
+  float key;
+  int64_t col;
+} col_key;
+
+static int cmp_desc(const void *a, const void *b) {
+  const col_key *x = a, *y = b;
+  if (x->key != y->key) return x->key > y->key ? -1 : 1;
+  return (x->col > y->col) - (x->col < y->col);  // ties: the lower column first (deterministic)
+}
+
+// Columns of the rows of M [n][k] to the order perm (gather through tmp [k]).
+static void permute_cols(float *M, int64_t n, int64_t k, const int64_t *perm, float *tmp) {
+  for (int64_t r = 0; r < n; r++) {
+    float *row = M + (size_t)r * k;
+    for (int64_t j = 0; j < k; j++) tmp[j] = row[perm[j]];
+    memcpy(row, tmp, (size_t)k * sizeof *row);
+  }
+}
+
+// The inverse: place j goes back to column perm[j].
+static void unpermute_cols_f(float *M, int64_t n, int64_t k, const int64_t *perm, float *tmp) {
+  for (int64_t r = 0; r < n; r++) {
+    float *row = M + (size_t)r * k;
+    for (int64_t j = 0; j < k; j++) tmp[perm[j]] = row[j];
+    memcpy(row, tmp, (size_t)k * sizeof *row);
+  }
+}
+
+static void unpermute_cols_q(int8_t *M, int64_t n, int64_t k, const int64_t *perm, int8_t *tmp) {
+  for (int64_t r = 0; r < n; r++) {
+    int8_t *row = M + (size_t)r * k;
+    for (int64_t j = 0; j < k; j++) tmp[perm[j]] = row[j];
+    memcpy(row, tmp, (size_t)k);
+  }
+}
+
+// H [k][k] to P H P^T in place: its columns, then its rows (row j <- old row
+// perm[j], following the permutation's cycles with one spare row).
+static void permute_sym(float *H, int64_t k, const int64_t *perm, float *tmp, uint8_t *done) {
+  permute_cols(H, k, k, perm, tmp);
+  memset(done, 0, (size_t)k);
+  for (int64_t s = 0; s < k; s++) {
+    if (done[s]) continue;
+    memcpy(tmp, H + (size_t)s * k, (size_t)k * sizeof *tmp);
+    int64_t j = s;
+    for (;;) {
+      done[j] = 1;
+      const int64_t from = perm[j];
+      if (from == s) {
+        memcpy(H + (size_t)j * k, tmp, (size_t)k * sizeof *tmp);
+        break;
+      }
+      memcpy(H + (size_t)j * k, H + (size_t)from * k, (size_t)k * sizeof *tmp);
+      j = from;
+    }
+  }
+}
+
 // ---- entry point ---------------------------------------------------------------
 
 mole_status gptq_quantize(const gptq_params *p, float *W, int64_t n_rows, int64_t k, float *H, int64_t n_samples,
@@ -285,6 +349,8 @@ mole_status gptq_quantize(const gptq_params *p, float *W, int64_t n_rows, int64_
   }
 
   mole_status st = MOLE_OK;
+  int64_t *perm = NULL;  // act order
+  float *ptmp = NULL;
   const float alpha = H && n_samples > 0 ? (float)(2.0 / (double)n_samples) : 0.0f;
   if (p->rtn) {
     // the loss with the Hessian as given (2 H / n + lambda I), H untouched
@@ -334,6 +400,28 @@ mole_status gptq_quantize(const gptq_params *p, float *W, int64_t n_rows, int64_
     dsum += h[i];
   }
   const double mean = dsum / (double)k;
+  if (p->act_order) {
+    perm = mole_malloc((size_t)k * sizeof *perm);
+    ptmp = mole_malloc((size_t)k * sizeof(float));
+    uint8_t *done_row = mole_malloc((size_t)k);
+    col_key *keys = mole_malloc((size_t)k * sizeof *keys);
+    if (!perm || !ptmp || !done_row || !keys) {
+      mole_free(done_row);
+      mole_free(keys);
+      mole_free(d0);
+      st = mole_errorf(MOLE_ERR_NOMEM, "gptq: out of memory (%lld columns)", (long long)k);
+      goto done;
+    }
+    for (int64_t j = 0; j < k; j++) keys[j] = (col_key){d0[j], j};
+    qsort(keys, (size_t)k, sizeof *keys, cmp_desc);
+    for (int64_t j = 0; j < k; j++) perm[j] = keys[j].col;
+    mole_free(keys);
+    permute_sym(H, k, perm, ptmp, done_row);
+    permute_cols(W, n_rows, k, perm, ptmp);
+    mole_free(done_row);
+    for (int64_t j = 0; j < k; j++) ptmp[j] = d0[perm[j]];
+    memcpy(d0, ptmp, (size_t)k * sizeof *d0);
+  }
   const int64_t t0 = mole_time_us();
   float damp = p->damp, tried = damp, lam = 0.0f;
   int rc = -1;
@@ -374,6 +462,12 @@ mole_status gptq_quantize(const gptq_params *p, float *W, int64_t n_rows, int64_
            (double)(t1 - t0) / 1e6, (double)(mole_time_us() - t1) / 1e6);
 
 done:
+  if (perm && st == MOLE_OK) {  // back to the original columns
+    unpermute_cols_f(W, n_rows, k, perm, ptmp);
+    unpermute_cols_q(q, n_rows, k, perm, (int8_t *)ptmp);
+  }
+  mole_free(perm);
+  mole_free(ptmp);
   mole_free(grids);
   if (n_rows > 0) inf.err /= (double)n_rows;
   if (info && st == MOLE_OK) *info = inf;

@@ -15,6 +15,7 @@ typedef struct gptq_params {
   bool rtn;       // round to nearest on the grid, no error feedback (H only for info->err; may be NULL)
   float dead_zone;  // ternary: |w| <= dead_zone * s rounds to 0; 0.5 = to nearest, more = sparser
                     // (fewer bits, more error; GPTQ's feedback makes up part of it)
+  bool act_order;   // columns in order of decreasing H diagonal (GPTQ's act order); results in the original order
 } gptq_params;
 
 typedef struct gptq_info {

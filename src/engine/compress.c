@@ -254,7 +254,7 @@ static mole_status quantize(cmp_ctx *c, int64_t l, int64_t e, int j, float *W, f
                             int8_t *q, float *scale, uint8_t *zero) {
   const int64_t rows = rows_of(c, j), k = cols_of(c, j);
   gptq_params gp = {.grid = c->p->grid, .damp = c->p->damp, .block = c->p->block, .rtn = c->p->rtn || !H,
-                    .dead_zone = c->p->dead_zone};
+                    .dead_zone = c->p->dead_zone, .act_order = c->p->act_order};
   gptq_info info;
   mole_status st = gptq_quantize(&gp, W, rows, k, H, n_samples, q, scale, zero, &info);
   if (st) return mole_error_prefix(st, "compress: layer %lld expert %lld %s: ", (long long)l, (long long)e, k_mat[j]);
@@ -598,6 +598,7 @@ void compress_print_report(const compress_report *r, const compress_params *p, F
   if (!p->rtn)
     fprintf(f, "calibration       %lld tokens (damp %g, block %lld, cap %gx mean)\n", (long long)r->calib_tokens,
             (double)p->damp, (long long)p->block, p->cap);
+  if (p->act_order && !p->rtn) fprintf(f, "column order      act order (decreasing H diagonal)\n");
   if (tern && p->dead_zone != 0.5f) fprintf(f, "dead zone         |w| <= %g s rounds to 0\n", (double)p->dead_zone);
   fprintf(f, "expert weights    %lld in %lld matrices (%lld fell back to RTN, %lld experts without data)\n",
           (long long)r->expert_weights, (long long)r->matrices, (long long)r->fallbacks, (long long)r->no_data);

@@ -24,6 +24,7 @@ typedef struct compress_params {
   bool rtn;               // round to nearest on the same grid (no calibration)
   double cap;             // an expert's samples are capped at cap x the mean per expert (default 4)
   float dead_zone;        // ternary: |w| <= dead_zone * s rounds to 0 (default 0.5: to nearest)
+  bool act_order;         // GPTQ columns by decreasing H diagonal (--act-order; default off: column order)
   int n_threads;          // 0 = all cores
 } compress_params;
 
