@@ -95,6 +95,15 @@ check bad-flag 2 "unknown flag '--bogus'" -- "$M" perplexity -m "$mf" -f "$T/tex
 check no-value 2 "flag -f needs a value" -- "$M" perplexity -m "$mf" -f
 check kv-type 2 "--kv-type: 'f8'" -- "$M" perplexity -m "$mf" -f "$T/text.txt" --kv-type f8
 
+# --ref: against itself KL 0 and top-1 100% at every scored position; its
+# experts re-quantized to Q4_0 (mole pack) against it, a small positive KL
+check ref-self 0 "KL divergence vs $mf: 0.000000 +/- 0.000000, top-1 agreement 100.0000% over 189 positions" -- \
+  "$M" perplexity -m "$mf" -f "$T/text.txt" -c 128 --chunks 3 --ref "$mf"
+"$M" pack "$D/models/mixtral.gguf" -o "$T/q4.gguf" --high q4_0 >/dev/null 2>&1 || fail "pack q4_0"
+out=$("$M" perplexity -m "$T/q4.gguf" -f "$T/text.txt" -c 128 --chunks 3 --ref "$D/models/mixtral.gguf" 2>/dev/null)
+kl=$(sed -n 's/^KL divergence vs .*: \([0-9.]*\) +\/- .*/\1/p' <<<"$out")
+awk -v k="${kl:-0}" 'BEGIN { exit !(k > 0 && k < 0.1) }' || fail "ref-q4_0: KL '$kl' (want a small positive value)"
+
 if [ $fails -ne 0 ]; then
   echo "cli_perplexity: $fails failed"
   exit 1
