@@ -83,23 +83,18 @@ static inline float grid_deq(const grid_row *g, float q) { return g->s * (q - g-
 
 // ---- Hessian helpers -----------------------------------------------------------
 
-// H[j][i] = H[i][j] for j < i: the row-major strict lower triangle copied up.
-static void mirror_lower_up(float *H, int64_t k) {
+// One triangle of the row-major H copied onto the other, tile by tile: up
+// (H[j][i] = H[i][j] for j < i, the strict lower triangle copied up) or down.
+static void mirror(float *H, int64_t k, bool up) {
   for (int64_t ib = 0; ib < k; ib += GPTQ_TILE)
     for (int64_t jb = 0; jb <= ib; jb += GPTQ_TILE) {
       const int64_t ie = MOLE_MIN(ib + GPTQ_TILE, k), je = MOLE_MIN(jb + GPTQ_TILE, k);
       for (int64_t i = ib; i < ie; i++)
-        for (int64_t j = jb; j < je && j < i; j++) H[(size_t)j * k + i] = H[(size_t)i * k + j];
-    }
-}
-
-// H[i][j] = H[j][i] for j < i: the upper triangle copied down.
-static void mirror_upper_down(float *H, int64_t k) {
-  for (int64_t ib = 0; ib < k; ib += GPTQ_TILE)
-    for (int64_t jb = 0; jb <= ib; jb += GPTQ_TILE) {
-      const int64_t ie = MOLE_MIN(ib + GPTQ_TILE, k), je = MOLE_MIN(jb + GPTQ_TILE, k);
-      for (int64_t i = ib; i < ie; i++)
-        for (int64_t j = jb; j < je && j < i; j++) H[(size_t)i * k + j] = H[(size_t)j * k + i];
+        for (int64_t j = jb; j < je && j < i; j++) {
+          float *lo = H + (size_t)i * k + j, *hi = H + (size_t)j * k + i;
+          if (up) *hi = *lo;
+          else *lo = *hi;
+        }
     }
 }
 
@@ -107,7 +102,7 @@ void gptq_hessian_add(float *H, const float *X, int64_t n, int64_t k, int64_t ld
   MOLE_ASSERT(H && k > 0 && n >= 0 && ldx >= k);
   if (n == 0) return;
   cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)k, (int)n, 1.0f, X, (int)ldx, 1.0f, H, (int)k);
-  mirror_upper_down(H, k);
+  mirror(H, k, false);
 }
 
 // Reverses the k*k floats of H in place: H[i][j] <-> H[k-1-i][k-1-j].
@@ -124,7 +119,7 @@ static void flip(float *H, int64_t k) {
 // strict lower triangle intact; d0 [k]: the undampened diagonal. Returns the
 // LAPACK info (0: success).
 static int hinv_factor(float *H, int64_t k, const float *d0, float lam, bool restore) {
-  if (restore) mirror_lower_up(H, k);
+  if (restore) mirror(H, k, true);
   for (int64_t i = 0; i < k; i++) H[(size_t)i * k + i] = d0[i] + lam;
   const lapack_int n = (lapack_int)k;
   flip(H, k);
@@ -436,7 +431,7 @@ mole_status gptq_quantize(const gptq_params *p, float *W, int64_t n_rows, int64_
   }
   if (rc != 0) {
     // not positive definite even dampened: RTN, the loss with the restored H
-    mirror_lower_up(H, k);
+    mirror(H, k, true);
     inf.rtn_fallback = true;
     inf.damp_used = p->damp;
     lam = (float)(p->damp * mean);
