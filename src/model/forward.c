@@ -429,10 +429,15 @@ static void attention_block(mole_model *m, model_scratch *s, int64_t il, int64_t
       for (int64_t h = 0; h < NH; h++) ops_rmsnorm(q + h * hd, q + h * hd, ly->q_norm, hd, hp->rms_eps);
       for (int64_t h = 0; h < NKV; h++) ops_rmsnorm(k + h * hd, k + h * hd, ly->k_norm, hd, hp->rms_eps);
     }
+  }
+  if (m->attn_hook) m->attn_hook(m->attn_hook_ctx, il, n, s->q, s->k, s->v, false);
+  for (int64_t t = 0; t < n; t++) {
+    float *q = s->q + t * q_dim, *k = s->k + t * k_dim;
     ops_rope(q, NH, hd, s->tok_pos[t], hp, m->rope_freqs);
     ops_rope(k, NKV, hd, s->tok_pos[t], hp, m->rope_freqs);
-    kv_store(s->tok_kv[t], il, s->tok_pos[t], k, v);
   }
+  if (m->attn_hook) m->attn_hook(m->attn_hook_ctx, il, n, s->q, s->k, s->v, true);
+  for (int64_t t = 0; t < n; t++) kv_store(s->tok_kv[t], il, s->tok_pos[t], s->k + t * k_dim, s->v + t * v_dim);
   attn_job aj = {m, s, il, n};
   mole_pool_run(m->pool, s->tok_kv[0]->type == QT_F16 ? attn_worker_f16 : attn_worker, &aj);
   // the output projection: this process's heads' part, summed over processes

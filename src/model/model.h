@@ -138,6 +138,13 @@ typedef struct model_comm {
 typedef bool (*model_moe_hook)(void *ctx, int64_t layer, int64_t n, const float *xn, const int32_t *sel,
                                const float *w, float *y);
 
+// A hook on every attention layer (mole train-retain): called twice per layer
+// with this pass's n token rows, q [n][n_head*head_dim], k [n][n_head_kv*
+// head_dim], v [n][n_head_kv*head_dim_v]: before RoPE (roped false) and after
+// (roped true, just before the keys are cached).
+typedef void (*model_attn_hook)(void *ctx, int64_t layer, int64_t n, const float *q, const float *k, const float *v,
+                                bool roped);
+
 struct mole_model {
   gguf_file *gguf;
   model_comm comm;         // several processes (src/dist/); zeroed for one
@@ -157,6 +164,8 @@ struct mole_model {
   struct experts *experts;  // expert provider (experts/experts.h); NULL for dense models
   model_moe_hook moe_hook;  // NULL but while compressing
   void *moe_hook_ctx;
+  model_attn_hook attn_hook;  // NULL but while training retaining heads
+  void *attn_hook_ctx;
   uint8_t *image;          // weights image (image.c), NULL with use_mmap
   size_t image_size;       // its reserved span (a mirror of the file)
   int64_t image_bytes;     // the bytes copied into it
