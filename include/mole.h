@@ -100,11 +100,32 @@ void mole_model_print_stats_json(const mole_model *m, FILE *f);
 // ---- session (one sequence, its KV cache and scratch) -------------------
 typedef struct mole_session mole_session;
 
+// What a bounded KV cache keeps besides its sinks and recent entries (Locret's
+// setting): AUTO = full without a budget, else locret with retaining heads,
+// else h2o; STREAMING = the newest (StreamingLLM); H2O = the entries that got
+// the most attention so far; LOCRET = the retaining heads' scores.
+typedef enum {
+  MOLE_KV_POLICY_AUTO = 0,
+  MOLE_KV_POLICY_FULL,
+  MOLE_KV_POLICY_STREAMING,
+  MOLE_KV_POLICY_H2O,
+  MOLE_KV_POLICY_LOCRET
+} mole_kv_policy;
+
 typedef struct mole_session_params {
-  int64_t n_ctx;         // KV capacity in tokens; 0 = min(train ctx, 4096)
+  int64_t n_ctx;         // KV capacity in tokens; 0 = min(train ctx, 4096); ignored with a kv_budget
   int64_t n_batch;       // prefill chunk; 0 = 512
   mole_kv_type kv_type;  // default F16
   int n_threads;         // 0 = the model's
+  // Bounded KV cache: after each chunk every layer and KV head keeps at most
+  // kv_budget entries (0 = unbounded, the default): the first kv_sinks
+  // positions, the newest kv_recent, and the best of the rest by kv_policy.
+  // Memory is then (kv_budget + n_batch) slots however long the sequence.
+  int64_t kv_budget;
+  int64_t kv_recent;         // -1 = kv_budget / 4
+  int64_t kv_sinks;          // -1 = 4 (at most kv_budget - kv_recent)
+  mole_kv_policy kv_policy;
+  const char *kv_retain;     // retaining heads file (mole train-retain) for LOCRET
 } mole_session_params;
 
 mole_session_params mole_session_default_params(void);
@@ -112,9 +133,22 @@ mole_status mole_session_new(mole_model *m, const mole_session_params *p, mole_s
 void mole_session_free(mole_session *s);
 void mole_session_reset(mole_session *s);
 // Forgets every position from n_past on (0 <= n_past <= current), so a
-// conversation can re-evaluate from a common prefix.
+// conversation can re-evaluate from a common prefix. A bounded KV cache that
+// has evicted entries can only stay where it is (MOLE_ERR_ARG otherwise).
 mole_status mole_session_rewind(mole_session *s, int64_t n_past);
 int64_t mole_session_n_past(const mole_session *s);
+
+// The KV cache as it stands.
+typedef struct mole_kv_info {
+  const char *policy;     // "full", "streaming", "h2o", "locret"
+  int64_t budget, recent, sinks;  // 0, 0, 0 unbounded
+  int64_t capacity;       // slots allocated per layer and KV head
+  int64_t used;           // slots in use
+  int64_t n_past;         // positions seen
+  int64_t evicted;        // entries evicted so far, summed over layers and KV heads
+  int64_t bytes;          // resident bytes: rows, and a bounded cache's positions and scores
+} mole_kv_info;
+void mole_session_kv_info(const mole_session *s, mole_kv_info *out);
 // Feeds n tokens at the current position. If logits != NULL it receives
 // [n][n_vocab] floats when all_logits, else [n_vocab] for the last token.
 mole_status mole_session_eval(mole_session *s, const int32_t *tokens, int64_t n, float *logits,

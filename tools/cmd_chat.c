@@ -166,7 +166,10 @@ int cmd_chat(int argc, char **argv) {
       }
       hist = h;
     }
-    mole_session_rewind(s, keep);
+    if (mole_session_rewind(s, keep)) {  // a bounded cache that evicted: start over
+      mole_session_reset(s);
+      keep = 0;
+    }
     memcpy(hist + keep, ids + keep, (size_t)(n - keep) * sizeof *ids);
     st = mole_session_eval(s, ids + keep, n - keep, lg, false);
     mole_free(ids);

@@ -33,7 +33,9 @@ static const char *k_help =
     "  -f, --file FILE      the text (required); needs at least 2 * -c tokens\n"
     "      --chunks N       score only the first N chunks (default: -1, all)\n"
     "      --ref FILE       also compare every scored position with this reference model (same\n"
-    "                       vocabulary, same flags): KL(ref || model) and top-1 agreement\n"
+    "                       vocabulary, same flags but a full KV cache): KL(ref || model) and\n"
+    "                       top-1 agreement (--ref FILE of the model itself with --kv-budget:\n"
+    "                       the bounded cache against the full one)\n"
     "here -c defaults to 512 as in llama-perplexity (0 = the model's training context),\n"
     "and -b (tokens per forward pass, default 512) is at most -c.\n";
 
@@ -215,6 +217,10 @@ int cmd_perplexity(int argc, char **argv) {
   if (ref) {
     cli_model_opts ro = mo;
     ro.model = ref;
+    ro.kv_budget = 0;  // the reference keeps its full KV cache
+    ro.kv_policy = MOLE_KV_POLICY_AUTO;
+    ro.kv_retain = NULL;
+    ro.has_kv_recent = ro.has_kv_sinks = false;
     if (cli_open(&ro, &rm, &rs)) goto done;
     if (mole_model_n_vocab(rm) != V) {
       fprintf(stderr, "mole perplexity: --ref '%s' has %lld tokens in its vocabulary, '%s' %lld\n", ref,
@@ -304,6 +310,7 @@ int cmd_perplexity(int argc, char **argv) {
            count > 1 && kv > 0 ? sqrt(kv / (double)(count - 1)) : 0.0, 100.0 * (double)same_top / (double)count,
            (long long)count);
   }
+  if (mo.kv_budget > 0) cli_print_kv(s, stderr);
   fflush(stdout);
   rc = 0;
 done:

@@ -212,6 +212,7 @@ int cmd_run(int argc, char **argv) {
             (long long)np, (double)t_prompt / 1e6, (double)np * 1e6 / (double)(t_prompt > 0 ? t_prompt : 1),
             (long long)ng, (double)t_gen / 1e6, (double)ng * 1e6 / (double)(t_gen > 0 ? t_gen : 1),
             (double)t_first / 1e6, (double)ru.ru_maxrss / 1024.0);
+    cli_print_kv(s, stderr);
     mole_model_print_stats(m, stderr);
   }
   rc = 0;

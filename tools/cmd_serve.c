@@ -77,6 +77,9 @@ int cmd_serve(int argc, char **argv) {
     }
   }
   if (!mo.model) return cli_usage_error("serve", "no model given (-m FILE)");
+  if (mo.kv_budget > 0 || mo.kv_policy != MOLE_KV_POLICY_AUTO || mo.kv_retain || mo.has_kv_recent || mo.has_kv_sinks)
+    return cli_usage_error("serve", "--kv-budget/--kv-policy/--kv-recent/--kv-sinks/--retain: the server's batched "
+                                    "slots have full KV caches (bounded caches run in mole run/chat/perplexity/logits)");
   if (mo.ctx > 0) sp.ctx_per_seq = mo.ctx;
   if (mo.batch > 0) sp.batch = mo.batch;
   sp.kv_type = mo.kv_type;

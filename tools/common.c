@@ -187,6 +187,27 @@ int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o) {
       fprintf(stderr, "mole: --kv-type: '%s' is not f16 or f32\n", v);
       return -1;
     }
+  } else if (!strcmp(a, "--kv-budget")) {
+    if (!(v = cli_value(argc, argv, i)) || cli_parse_i64(a, v, 0, (int64_t)1 << 24, &o->kv_budget)) return -1;
+  } else if (!strcmp(a, "--kv-recent")) {
+    if (!(v = cli_value(argc, argv, i)) || cli_parse_i64(a, v, 0, (int64_t)1 << 24, &o->kv_recent)) return -1;
+    o->has_kv_recent = true;
+  } else if (!strcmp(a, "--kv-sinks")) {
+    if (!(v = cli_value(argc, argv, i)) || cli_parse_i64(a, v, 0, (int64_t)1 << 24, &o->kv_sinks)) return -1;
+    o->has_kv_sinks = true;
+  } else if (!strcmp(a, "--kv-policy")) {
+    if (!(v = cli_value(argc, argv, i))) return -1;
+    static const char *const names[] = {"full", "streaming", "h2o", "locret"};
+    int k = 0;
+    while (k < 4 && strcmp(v, names[k])) k++;
+    if (k == 4) {
+      fprintf(stderr, "mole: --kv-policy: '%s' is not full, streaming, h2o or locret\n", v);
+      return -1;
+    }
+    o->kv_policy = (mole_kv_policy)(MOLE_KV_POLICY_FULL + k);
+  } else if (!strcmp(a, "--retain")) {
+    if (!(v = cli_value(argc, argv, i))) return -1;
+    o->kv_retain = v;
   } else if (!strcmp(a, "--mmap")) {
     o->use_mmap = true;
   } else if (!strcmp(a, "--parallel")) {
@@ -263,6 +284,11 @@ int cli_open(const cli_model_opts *o, mole_model **m, mole_session **s) {
   sp.n_ctx = o->ctx;
   sp.n_batch = o->batch;
   sp.kv_type = o->kv_type;
+  sp.kv_budget = o->kv_budget;
+  if (o->has_kv_recent) sp.kv_recent = o->kv_recent;
+  if (o->has_kv_sinks) sp.kv_sinks = o->kv_sinks;
+  sp.kv_policy = o->kv_policy;
+  sp.kv_retain = o->kv_retain;
   st = mole_session_new(*m, &sp, s);
   if (st) {
     mole_model_free(*m);
@@ -270,4 +296,17 @@ int cli_open(const cli_model_opts *o, mole_model **m, mole_session **s) {
     return cli_error("session", st);
   }
   return 0;
+}
+
+void cli_print_kv(const mole_session *s, FILE *f) {
+  mole_kv_info k;
+  mole_session_kv_info(s, &k);
+  if (k.budget > 0)
+    fprintf(f, "kv cache: %s, budget %lld (recent %lld, sinks %lld), %lld of %lld slots in use after %lld positions, "
+               "%lld entries evicted, %.2f MiB resident\n",
+            k.policy, (long long)k.budget, (long long)k.recent, (long long)k.sinks, (long long)k.used,
+            (long long)k.capacity, (long long)k.n_past, (long long)k.evicted, (double)k.bytes / (1024.0 * 1024.0));
+  else
+    fprintf(f, "kv cache: full, %lld of %lld positions in use, %.2f MiB resident\n", (long long)k.used,
+            (long long)k.capacity, (double)k.bytes / (1024.0 * 1024.0));
 }

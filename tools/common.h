@@ -4,6 +4,7 @@
 #define MOLE_CLI_COMMON_H
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "mole.h"
@@ -14,6 +15,12 @@ typedef struct cli_model_opts {
   int64_t ctx;           // -c N (0 = min(train ctx, 4096))
   int64_t batch;         // -b N (0 = 512)
   mole_kv_type kv_type;  // --kv-type f16|f32
+  // bounded KV cache (Locret's setting)
+  int64_t kv_budget;          // --kv-budget N (0 = unbounded)
+  int64_t kv_recent, kv_sinks;  // --kv-recent N, --kv-sinks N (used when has_kv_*)
+  bool has_kv_recent, has_kv_sinks;
+  mole_kv_policy kv_policy;   // --kv-policy full|streaming|h2o|locret
+  const char *kv_retain;      // --retain FILE
   bool use_mmap;         // --mmap
   mole_parallel parallel;  // --parallel tp|hmp (under mpirun)
   const char *plan;        // --plan FILE
@@ -36,6 +43,15 @@ typedef struct cli_model_opts {
   "  -c, --ctx N          context size in tokens (default: min(train, 4096))\n" \
   "  -b, --batch N        prefill chunk in tokens (default: 512)\n"            \
   "      --kv-type T      KV cache type f16|f32 (default: f16)\n"             \
+  "bounded KV cache (long prompts in constant memory; the prompt is prefilled in -b chunks):\n" \
+  "      --kv-budget N    entries kept per layer and KV head after each chunk; 0 = unbounded\n" \
+  "                       (default). With a budget -c no longer bounds memory or the context\n" \
+  "      --kv-policy P    what decides the rest: streaming (the newest), h2o (most attention so\n" \
+  "                       far), locret (retaining heads, --retain); default locret with --retain,\n" \
+  "                       else h2o; full = no eviction (no budget)\n"                       \
+  "      --kv-recent N    the newest N entries always stay (default: budget / 4)\n"   \
+  "      --kv-sinks N     the first N positions always stay (default: 4)\n"          \
+  "      --retain FILE    retaining heads for --kv-policy locret (mole train-retain)\n"  \
   "      --mmap           compute from the file mapping: no copy of the weights into memory\n" \
   "                       (shared page cache, slower decode; default: copied and repacked)\n" \
   "several processes (mpirun -np N mole ...; rank 0 prints, the others compute their share):\n" \
@@ -68,6 +84,8 @@ int cli_open(const cli_model_opts *o, mole_model **m, mole_session **s);
 int cli_load_model(const cli_model_opts *o, mole_model **m);  // the model only
 // On an MPI rank other than 0, cli_open / cli_load_model do not return:
 // the process serves rank 0's passes (mole_dist_worker) and exits.
+// --stats: the KV cache's policy, entries and resident bytes (stderr).
+void cli_print_kv(const mole_session *s, FILE *f);
 int cli_error(const char *cmd, mole_status st);  // prints mole_last_error, returns 1
 int cli_usage_error(const char *cmd, const char *fmt, ...);  // prints, returns 2
 

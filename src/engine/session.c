@@ -5,11 +5,13 @@
 
 #include "experts/experts.h"
 #include "kv/kv.h"
+#include "kv/retain.h"
 #include "model/model.h"
 
 struct mole_session {
   mole_model *m;
   model_kv *kv;
+  kv_retain *retain;  // locret's heads, NULL otherwise
   model_scratch *scratch;
   int64_t n_batch;
   int64_t n_past;
@@ -111,7 +113,46 @@ void mole_model_print_stats_json(const mole_model *m, FILE *f) {
 }
 
 mole_session_params mole_session_default_params(void) {
-  return (mole_session_params){.n_ctx = 0, .n_batch = 0, .kv_type = MOLE_KV_F16, .n_threads = 0};
+  return (mole_session_params){.n_ctx = 0, .n_batch = 0, .kv_type = MOLE_KV_F16, .n_threads = 0,
+                               .kv_budget = 0, .kv_recent = -1, .kv_sinks = -1, .kv_policy = MOLE_KV_POLICY_AUTO};
+}
+
+// The bounded-cache settings of p, checked, with their defaults filled in.
+static mole_status bounded_params(const mole_model *m, const mole_session_params *p, kv_policy *pol, int64_t *recent,
+                                  int64_t *sinks) {
+  static const kv_policy map[] = {KV_FULL, KV_FULL, KV_STREAMING, KV_H2O, KV_LOCRET};
+  if ((unsigned)p->kv_policy > MOLE_KV_POLICY_LOCRET)
+    return mole_errorf(MOLE_ERR_ARG, "kv policy %d: expected full, streaming, h2o or locret", (int)p->kv_policy);
+  if (p->kv_budget < 0 || p->kv_budget > ((int64_t)1 << 24))
+    return mole_errorf(MOLE_ERR_ARG, "kv budget %lld is out of range (0 = unbounded, up to 16777216)",
+                       (long long)p->kv_budget);
+  *pol = map[p->kv_policy];
+  *recent = *sinks = 0;
+  if (p->kv_budget == 0) {
+    if (p->kv_policy != MOLE_KV_POLICY_AUTO && p->kv_policy != MOLE_KV_POLICY_FULL)
+      return mole_errorf(MOLE_ERR_ARG, "kv policy %s needs a kv budget (--kv-budget N)", kv_policy_name(*pol));
+    if (p->kv_retain) return mole_errorf(MOLE_ERR_ARG, "retaining heads (--retain) need a kv budget and policy locret");
+    if (p->kv_recent > 0 || p->kv_sinks > 0)
+      return mole_errorf(MOLE_ERR_ARG, "kv recent/sinks need a kv budget (--kv-budget N)");
+    return MOLE_OK;
+  }
+  if (p->kv_policy == MOLE_KV_POLICY_FULL)
+    return mole_errorf(MOLE_ERR_ARG, "kv policy full keeps every entry: it takes no kv budget");
+  if (p->kv_policy == MOLE_KV_POLICY_AUTO) *pol = p->kv_retain ? KV_LOCRET : KV_H2O;
+  if (*pol == KV_LOCRET && !p->kv_retain)
+    return mole_errorf(MOLE_ERR_ARG, "kv policy locret needs retaining heads (--retain FILE, from mole train-retain)");
+  if (*pol != KV_LOCRET && p->kv_retain)
+    return mole_errorf(MOLE_ERR_ARG, "retaining heads (--retain) are used by kv policy locret only, not %s",
+                       kv_policy_name(*pol));
+  if (m->comm.size > 1)
+    return mole_errorf(MOLE_ERR_ARG, "a kv budget is not supported across several processes (--parallel)");
+  const int64_t B = p->kv_budget;
+  *recent = p->kv_recent >= 0 ? p->kv_recent : B / 4;
+  *sinks = p->kv_sinks >= 0 ? p->kv_sinks : MOLE_MIN(4, B - *recent);
+  if (*recent + *sinks > B)
+    return mole_errorf(MOLE_ERR_ARG, "kv budget %lld is smaller than kv recent %lld + kv sinks %lld", (long long)B,
+                       (long long)*recent, (long long)*sinks);
+  return MOLE_OK;
 }
 
 mole_status mole_session_new(mole_model *m, const mole_session_params *params, mole_session **out) {
@@ -123,15 +164,29 @@ mole_status mole_session_new(mole_model *m, const mole_session_params *params, m
     return mole_errorf(MOLE_ERR_ARG, "batch size %lld is out of range 1..65536", (long long)p.n_batch);
   if (p.kv_type != MOLE_KV_F16 && p.kv_type != MOLE_KV_F32)
     return mole_errorf(MOLE_ERR_ARG, "kv type %d: expected f16 or f32", (int)p.kv_type);
+  kv_policy pol = KV_FULL;
+  int64_t recent = 0, sinks = 0;
+  mole_status st = bounded_params(m, &p, &pol, &recent, &sinks);
+  if (st) return st;
   int64_t n_ctx = p.n_ctx, n_batch = p.n_batch;
+  if (p.kv_budget > 0) {  // the budget and one chunk: the context no longer bounds memory
+    if (n_batch <= 0) n_batch = 512;
+    n_ctx = p.kv_budget + n_batch;
+  }
   model_session_shape(m, &n_ctx, &n_batch);
   mole_session *s = mole_calloc(1, sizeof *s);
   if (!s) return mole_errorf(MOLE_ERR_NOMEM, "session: out of memory");
   s->m = m;
   s->n_batch = n_batch;
   const model_hparams *hp = &m->hp;
-  mole_status st = kv_new(hp->n_layer, n_ctx, m->loc.n_head_kv * hp->head_dim, m->loc.n_head_kv * hp->head_dim_v,
-                          p.kv_type == MOLE_KV_F32 ? QT_F32 : QT_F16, &s->kv);
+  st = kv_new(hp->n_layer, n_ctx, m->loc.n_head_kv * hp->head_dim, m->loc.n_head_kv * hp->head_dim_v,
+              p.kv_type == MOLE_KV_F32 ? QT_F32 : QT_F16, &s->kv);
+  if (!st && pol == KV_LOCRET) {
+    st = kv_retain_load(p.kv_retain, &s->retain);
+    if (!st) st = kv_retain_check(s->retain, p.kv_retain, hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v);
+  }
+  if (!st && p.kv_budget > 0)
+    st = kv_set_policy(s->kv, pol, p.kv_budget, recent, sinks, hp->n_head_kv, s->retain, n_batch);
   if (!st) st = model_scratch_new(m, n_batch, n_ctx, &s->scratch);
   if (st) {
     mole_session_free(s);
@@ -145,12 +200,14 @@ void mole_session_free(mole_session *s) {
   if (!s) return;
   if (s->kv && s->m->comm.kv_release) s->m->comm.kv_release(s->m->comm.ctx, s->kv->id);
   kv_free(s->kv);
+  kv_retain_free(s->retain);
   model_scratch_free(s->scratch);
   mole_free(s);
 }
 
 void mole_session_reset(mole_session *s) {
   s->n_past = 0;
+  kv_reset(s->kv);
   if (s->m->experts) experts_reset_sequence(s->m->experts);  // per-sequence policy counters
 }
 int64_t mole_session_n_past(const mole_session *s) { return s->n_past; }
@@ -159,8 +216,20 @@ mole_status mole_session_rewind(mole_session *s, int64_t n_past) {
   if (n_past < 0 || n_past > s->n_past)
     return mole_errorf(MOLE_ERR_ARG, "rewind to %lld: the session holds %lld positions", (long long)n_past,
                        (long long)s->n_past);
+  if (s->kv->budget > 0 && n_past != s->n_past) {
+    if (s->kv->n_evicted > 0)
+      return mole_errorf(MOLE_ERR_ARG, "rewind to %lld: the bounded KV cache has evicted entries (it holds %lld of %lld positions)",
+                         (long long)n_past, (long long)s->kv->n_used, (long long)s->n_past);
+    s->kv->n_used = s->kv->n_pos = n_past;  // nothing evicted yet: slot = position
+  }
   s->n_past = n_past;
   return MOLE_OK;
+}
+
+void mole_session_kv_info(const mole_session *s, mole_kv_info *out) {
+  const model_kv *kv = s->kv;
+  *out = (mole_kv_info){kv_policy_name(kv->policy), kv->budget, kv->recent, kv->sinks, kv->n_ctx,
+                        kv->budget > 0 ? kv->n_used : s->n_past, s->n_past, kv->n_evicted, (int64_t)kv_bytes(kv)};
 }
 
 mole_status mole_session_eval(mole_session *s, const int32_t *tokens, int64_t n, float *logits, bool all_logits) {
@@ -229,6 +298,9 @@ mole_status mole_batcher_eval(mole_batcher *b, const mole_batch_item *items, int
     if (!it->session || it->session->m != b->m)
       return mole_errorf(MOLE_ERR_ARG, "batch item %lld: not a session of this model", (long long)i);
     if (it->n < 1 || !it->tokens) return mole_errorf(MOLE_ERR_ARG, "batch item %lld: no tokens", (long long)i);
+    if (it->session->kv->budget > 0)
+      return mole_errorf(MOLE_ERR_ARG, "batch item %lld: a session with a kv budget runs alone (mole_session_eval)",
+                         (long long)i);
     if (it->session->kv->n_ctx > b->max_ctx)
       return mole_errorf(MOLE_ERR_ARG, "batch item %lld: its context %lld exceeds the batcher's %lld", (long long)i,
                          (long long)it->session->kv->n_ctx, (long long)b->max_ctx);

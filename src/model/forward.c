@@ -6,6 +6,7 @@
 
 #include "experts/experts.h"
 #include "kv/kv.h"
+#include "kv/retain.h"
 #include "model/ops.h"
 #include "quant/quant_exact.h"
 
@@ -46,6 +47,8 @@ struct model_scratch {
   int64_t n_seg;
   int64_t *seg_ends;  // [n_batch] cumulative token counts per sequence
   int64_t *tok_pos;   // [n_batch] position of each token
+  int64_t *tok_nkv;   // [n_batch] cache slots each token attends to (its own is the last)
+  float *h2o;         // [nth][n_head_kv][n_ctx] attention each slot received in this layer (h2o policy)
   model_kv **tok_kv;  // [n_batch] KV cache of each token's sequence
   int64_t *tok_segn;  // [n_batch] tokens of each token's sequence in this batch
   int64_t n_blk;
@@ -131,6 +134,8 @@ static bool scratch_walk(const mole_model *m, int64_t n_batch, int64_t n_ctx, mo
   ALLOC(tasks, 4 * X + 4);
   ALLOC(seg_ends, B);
   ALLOC(tok_pos, B);
+  ALLOC(tok_nkv, B);
+  ALLOC(h2o, nth * lc->n_head_kv * n_ctx);
   ALLOC(tok_kv, B);
   ALLOC(tok_segn, B);
   ALLOC(att_blk, 2 * B);
@@ -166,7 +171,7 @@ void model_scratch_free(model_scratch *s) {
   if (!s) return;
   void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->y, s->sh, s->scores, s->vacc, s->att_s, s->att_q, s->xq, s->hq,
                   s->ff_g, s->ff_u, s->ff_o, s->router, s->sel, s->selw, s->prec, s->grp_cnt, s->grp_off, s->views, s->slot_tok,
-                  s->tok_slot, s->grp_list, s->grp_state, s->tasks, s->seg_ends, s->tok_pos, s->tok_kv, s->tok_segn,
+                  s->tok_slot, s->grp_list, s->grp_state, s->tasks, s->seg_ends, s->tok_pos, s->tok_nkv, s->h2o, s->tok_kv, s->tok_segn,
                   s->att_blk, s->out_tok, s->out_ends, s->sub_ends, s->lg_local};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mole_aligned_free(bufs[i]);
   mole_free(s);
@@ -179,6 +184,7 @@ typedef struct {
   const mole_model *m;
   model_scratch *s;
   int64_t layer, n;
+  bool h2o;  // add each slot's attention weights into s->h2o
 } attn_job;
 
 // f32 cache, the reference mode: one (token, head) pair at a time,
@@ -195,12 +201,13 @@ static void attn_worker(void *ctx, int ith, int nth) {
   const int64_t hd = hp->head_dim, hdv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv, NH = j->m->loc.n_head;
   const quant_traits *f32t = quant_traits_of(QT_F32);
   float *sc = s->scores + (size_t)ith * (size_t)(s->n_ctx + 64);
+  float *h2o = j->h2o ? s->h2o + (size_t)ith * (size_t)(j->m->loc.n_head_kv * s->n_ctx) : NULL;
   int64_t p0, p1;
   mole_split(j->n * NH, ith, nth, &p0, &p1);
   for (int64_t p = p0; p < p1; p++) {
     const int64_t t = p / NH, h = p % NH, g = h / group;
     const model_kv *kv = s->tok_kv[t];
-    const int64_t n_kv = s->tok_pos[t] + 1;  // causal: positions 0..pos
+    const int64_t n_kv = s->tok_nkv[t];  // causal: its own slot is the last it sees
     const bool batch = s->tok_segn[t] >= 2;  // ggml's order depends on its own batch's size
     const int64_t np = (n_kv + 63) & ~(int64_t)63;
     const float *q = s->q + t * NH * hd + h * hd;
@@ -218,6 +225,8 @@ static void attn_worker(void *ctx, int ith, int nth) {
     }
     const float inv = (float)(1.0 / sum);
     for (int64_t i = 0; i < n_kv; i++) sc[i] *= inv;
+    if (h2o)
+      for (int64_t i = 0; i < n_kv; i++) h2o[g * s->n_ctx + i] += sc[i];
     float *o = s->att + t * NH * hdv + h * hdv;
     for (int64_t c = 0; c < hdv; c++) {
       float acc[4][16] = {{0}};
@@ -249,12 +258,13 @@ static void attn_worker_f16(void *ctx, int ith, int nth) {
   float *S = s->att_s + (size_t)ith * (size_t)(TB * group * s->n_ctx);
   uint16_t *Q = s->att_q + (size_t)ith * (size_t)(TB * group * hd);
   float *vr = s->vacc + (size_t)ith * (size_t)hdv;
+  float *h2o = j->h2o ? s->h2o + (size_t)ith * (size_t)(j->m->loc.n_head_kv * s->n_ctx) : NULL;
   int64_t p0, p1;
   mole_split(j->m->loc.n_head_kv * n_blk, ith, nth, &p0, &p1);
   for (int64_t p = p0; p < p1; p++) {
     const int64_t g = p / n_blk, t0 = s->att_blk[2 * (p % n_blk)], t1 = s->att_blk[2 * (p % n_blk) + 1];
     const model_kv *kv = s->tok_kv[t0];
-    const int64_t rows = (t1 - t0) * group, n_kv = s->tok_pos[t1 - 1] + 1;  // keys any row of the block sees
+    const int64_t rows = (t1 - t0) * group, n_kv = s->tok_nkv[t1 - 1];  // keys any row of the block sees
     MOLE_ASSERT(t1 - t0 <= TB);
     for (int64_t t = t0; t < t1; t++)
       for (int64_t h = 0; h < group; h++)
@@ -262,7 +272,7 @@ static void attn_worker_f16(void *ctx, int ith, int nth) {
     quant_gemm(QT_F16, (const char *)kv_k_row(kv, j->layer, 0) + (size_t)g * (size_t)hd * 2, kv->k_row, Q,
                (size_t)hd * 2, S, s->n_ctx, 0, n_kv, rows, hd);
     for (int64_t r = 0; r < rows; r++) {
-      const int64_t t = t0 + r / group, len = s->tok_pos[t] + 1;
+      const int64_t t = t0 + r / group, len = s->tok_nkv[t];
       float *sc = S + r * s->n_ctx, mx = -INFINITY;
       for (int64_t i = 0; i < len; i++) {
         sc[i] *= hp->attn_scale;
@@ -275,13 +285,15 @@ static void attn_worker_f16(void *ctx, int ith, int nth) {
       }
       const float inv = (float)(1.0 / sum);
       for (int64_t i = 0; i < len; i++) sc[i] = quant_f16_to_f32(quant_f32_to_f16(sc[i] * inv));
+      if (h2o)
+        for (int64_t i = 0; i < len; i++) h2o[g * s->n_ctx + i] += sc[i];
       memset(s->att + t * ldo + (g * group + r % group) * hdv, 0, (size_t)hdv * sizeof(float));
     }
     for (int64_t i = 0; i < n_kv; i++) {
       f16t->to_float((const uint16_t *)kv_v_row(kv, j->layer, i) + g * hdv, vr, hdv);
       for (int64_t r = 0; r < rows; r++) {
         const int64_t t = t0 + r / group;
-        if (i > s->tok_pos[t]) continue;  // causal
+        if (i >= s->tok_nkv[t]) continue;  // causal
         ops_axpy(s->att + t * ldo + (g * group + r % group) * hdv, vr, S[r * s->n_ctx + i], hdv);
       }
     }
@@ -431,15 +443,36 @@ static void attention_block(mole_model *m, model_scratch *s, int64_t il, int64_t
     }
   }
   if (m->attn_hook) m->attn_hook(m->attn_hook_ctx, il, n, s->q, s->k, s->v, false);
+  model_kv *kv0 = s->tok_kv[0];  // a bounded cache's pass has one sequence (batch_setup)
+  const float *kscore = NULL;     // [n][NKV] locret: the new entries' scores
+  if (kv0->policy == KV_LOCRET) {
+    MOLE_ASSERT(s->n_seg == 1);
+    kv_retain_score(kv0->retain, il, n, s->q, q_dim, s->k, k_dim, s->v, v_dim, kv0->retain_out, NKV, kv0->retain_tmp);
+    kscore = kv0->retain_out;
+  }
   for (int64_t t = 0; t < n; t++) {
     float *q = s->q + t * q_dim, *k = s->k + t * k_dim;
     ops_rope(q, NH, hd, s->tok_pos[t], hp, m->rope_freqs);
     ops_rope(k, NKV, hd, s->tok_pos[t], hp, m->rope_freqs);
   }
   if (m->attn_hook) m->attn_hook(m->attn_hook_ctx, il, n, s->q, s->k, s->v, true);
-  for (int64_t t = 0; t < n; t++) kv_store(s->tok_kv[t], il, s->tok_pos[t], s->k + t * k_dim, s->v + t * v_dim);
-  attn_job aj = {m, s, il, n};
-  mole_pool_run(m->pool, s->tok_kv[0]->type == QT_F16 ? attn_worker_f16 : attn_worker, &aj);
+  for (int64_t t = 0; t < n; t++)
+    kv_store(s->tok_kv[t], il, s->tok_nkv[t] - 1, s->tok_pos[t], s->k + t * k_dim, s->v + t * v_dim,
+             kscore ? kscore + t * NKV : NULL);
+  const bool h2o = kv0->policy == KV_H2O;
+  const int64_t n_slot = s->tok_nkv[n - 1], nth = m->n_threads;
+  if (h2o)
+    for (int64_t th = 0; th < nth * NKV; th++) memset(s->h2o + th * s->n_ctx, 0, (size_t)n_slot * sizeof(float));
+  attn_job aj = {m, s, il, n, h2o};
+  mole_pool_run(m->pool, kv0->type == QT_F16 ? attn_worker_f16 : attn_worker, &aj);
+  if (h2o)  // the attention each entry received, summed over the threads' parts
+    for (int64_t g = 0; g < NKV; g++) {
+      float *sc = kv_score_row(kv0, il, g);
+      for (int64_t th = 0; th < nth; th++) {
+        const float *a = s->h2o + (th * NKV + g) * s->n_ctx;
+        for (int64_t i = 0; i < n_slot; i++) sc[i] += a[i];
+      }
+    }
   // the output projection: this process's heads' part, summed over processes
   reduce_rows(m, s, n, wo_rows, &rj);
   for (int64_t t = t0; t < t1; t++) {
@@ -735,18 +768,31 @@ static mole_status batch_setup(const mole_model *m, model_scratch *s, const mode
     if (g->n <= 0 || n + g->n > s->n_batch)
       return mole_errorf(MOLE_ERR_ARG, "forward: %lld tokens in all but the batch holds 1..%lld", (long long)(n + g->n),
                          (long long)s->n_batch);
-    if (g->n_past < 0 || g->n_past + g->n > g->kv->n_ctx)
-      return mole_errorf(MOLE_ERR_ARG, "context full: %lld + %lld tokens exceed the context of %lld",
-                         (long long)g->n_past, (long long)g->n, (long long)g->kv->n_ctx);
     if (g->kv->type != segs[0].kv->type)
       return mole_errorf(MOLE_ERR_ARG, "forward: the sequences of one batch need one KV cache type");
     for (int64_t j = 0; j < i; j++)
       if (segs[j].kv == g->kv) return mole_errorf(MOLE_ERR_ARG, "forward: a sequence appears twice in one batch");
+    model_kv *kv = g->kv;
+    if (kv->budget > 0) {  // bounded: slots after the entries kept, positions go on
+      if (n_segs > 1) return mole_errorf(MOLE_ERR_ARG, "forward: a bounded KV cache's sequence runs alone");
+      if (g->n_past != kv->n_pos)
+        return mole_errorf(MOLE_ERR_ARG, "forward: position %lld but the bounded KV cache is at %lld",
+                           (long long)g->n_past, (long long)kv->n_pos);
+      if (kv->n_used + g->n > kv->n_ctx || g->n_past + g->n > INT32_MAX)
+        return mole_errorf(MOLE_ERR_ARG, "forward: %lld tokens do not fit the bounded KV cache (%lld + %lld slots)",
+                           (long long)g->n, (long long)kv->budget, (long long)(kv->n_ctx - kv->budget));
+    } else {
+      if (g->n_past < 0 || g->n_past + g->n > kv->n_ctx)
+        return mole_errorf(MOLE_ERR_ARG, "context full: %lld + %lld tokens exceed the context of %lld",
+                           (long long)g->n_past, (long long)g->n, (long long)kv->n_ctx);
+      kv->n_used = kv->n_pos = g->n_past;  // slot = position
+    }
     for (int64_t t = 0; t < g->n; t++) {
       if (g->tokens[t] < 0 || g->tokens[t] >= V)
         return mole_errorf(MOLE_ERR_ARG, "token %d at index %lld is out of the vocabulary (0..%lld)", g->tokens[t],
                            (long long)t, (long long)V - 1);
       s->tok_pos[n + t] = g->n_past + t;
+      s->tok_nkv[n + t] = g->kv->n_used + t + 1;
       s->tok_kv[n + t] = g->kv;
       s->tok_segn[n + t] = g->n;
     }
@@ -790,6 +836,7 @@ mole_status model_forward_batch(mole_model *m, model_scratch *s, const model_seg
     if ((st = ffn_block(m, s, il, n))) return st;
   }
   if (m->experts) experts_step_done(m->experts, n);
+  for (int64_t i = 0; i < n_segs; i++) kv_commit(segs[i].kv, segs[i].n);  // eviction, if bounded
   if (no == 0) return MOLE_OK;
   // every token's final x where rows are split between processes
   if (m->comm.hmp) {

@@ -1,0 +1,394 @@
+// Bounded KV caches (Locret's setting, src/kv/): with a budget >= the
+// context every policy gives the full cache's logits bit for bit; after
+// eviction each kept slot holds its own position's key and value (checked on
+// layer 0, whose rows do not depend on what the cache kept) and the sinks and
+// recent entries; h2o's scores add up to the attention given; locret's are the
+// retaining heads' on the pre-RoPE q, k, v; bad settings are refused.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kv/kv.h"
+#include "kv/retain.h"
+#include "model/model.h"
+#include "mole.h"
+#include "testutil.h"
+
+static mole_model *load(const char *name) {
+  char rel[256];
+  snprintf(rel, sizeof rel, "tests/data/conformance/models/%s.gguf", name);
+  mole_model_params mp = mole_model_default_params();
+  mp.n_threads = 2;
+  mole_model *m;
+  if (mole_model_load(tu_path(rel), &mp, &m)) fail_msg("load %s: %s", name, mole_last_error());
+  return m;
+}
+
+// Random retaining heads for m (small weights: scores of order 1).
+static kv_retain *random_heads(const mole_model *m, uint64_t seed) {
+  const model_hparams *hp = &m->hp;
+  kv_retain *r;
+  assert_int_equal(kv_retain_new(hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, 8, &r), MOLE_OK);
+  uint64_t st = seed;
+  const size_t L = (size_t)r->n_layer, D = (size_t)r->d_in, H = (size_t)r->n_hidden, K = (size_t)r->n_head_kv;
+  for (size_t i = 0; i < L * H * D; i++) r->w1[i] = 0.3f * tu_gauss(&st);
+  for (size_t i = 0; i < L * H; i++) r->b1[i] = 0.1f * tu_gauss(&st);
+  for (size_t i = 0; i < L * K * H; i++) r->w2[i] = tu_gauss(&st);
+  for (size_t i = 0; i < L * K; i++) r->b2[i] = 0.1f * tu_gauss(&st);
+  return r;
+}
+
+// One sequence through the internal forward: its cache, scratch and position.
+typedef struct {
+  model_kv *kv;
+  model_scratch *s;
+  int64_t n_past, batch;
+} seq;
+
+static void seq_new(mole_model *m, seq *q, quant_type t, kv_policy pol, int64_t budget, int64_t recent, int64_t sinks,
+                    int64_t batch, const kv_retain *r) {
+  const model_hparams *hp = &m->hp;
+  const int64_t cap = budget > 0 ? budget + batch : 256;
+  q->n_past = 0;
+  q->batch = batch;
+  assert_int_equal(kv_new(hp->n_layer, cap, hp->n_head_kv * hp->head_dim, hp->n_head_kv * hp->head_dim_v, t, &q->kv),
+                   MOLE_OK);
+  if (budget > 0)
+    if (kv_set_policy(q->kv, pol, budget, recent, sinks, hp->n_head_kv, r, batch))
+      fail_msg("kv_set_policy: %s", mole_last_error());
+  assert_int_equal(model_scratch_new(m, batch, cap, &q->s), MOLE_OK);
+}
+
+static void seq_free(seq *q) {
+  kv_free(q->kv);
+  model_scratch_free(q->s);
+}
+
+// n tokens in chunks of q->batch; logits [n][V] of every token
+static void seq_eval(mole_model *m, seq *q, const int32_t *toks, int64_t n, float *logits) {
+  const int64_t V = m->hp.n_vocab;
+  for (int64_t i = 0; i < n; i += q->batch) {
+    const int64_t c = MOLE_MIN(q->batch, n - i);
+    if (model_forward(m, q->kv, q->s, toks + i, c, q->n_past, logits ? logits + i * V : NULL, true))
+      fail_msg("forward at %lld: %s", (long long)q->n_past, mole_last_error());
+    q->n_past += c;
+  }
+}
+
+static int32_t *tokens(int64_t n, int64_t V, uint64_t seed) {
+  int32_t *t = malloc((size_t)n * sizeof *t);
+  uint64_t st = seed;
+  for (int64_t i = 0; i < n; i++) t[i] = (int32_t)(tu_rand_u64(&st) % (uint64_t)V);
+  return t;
+}
+
+// A prompt in chunks, then decode steps one token at a time.
+enum { N_PROMPT = 40, N_DECODE = 6, N_ALL = N_PROMPT + N_DECODE, CHUNK = 16 };
+
+static void run(mole_model *m, seq *q, const int32_t *t, float *lg) {
+  seq_eval(m, q, t, N_PROMPT, lg);
+  q->batch = 1;  // decode: one token per pass
+  for (int64_t i = N_PROMPT; i < N_ALL; i++) seq_eval(m, q, t + i, 1, lg + i * m->hp.n_vocab);
+}
+
+static void budget_covers_context_is_exact(void **state) {
+  (void)state;
+  const char *models[] = {"mixtral", "qwen3moe", "olmoe", "qwen2moe", "mixtral-q4_0"};
+  for (size_t mi = 0; mi < sizeof models / sizeof *models; mi++) {
+    mole_model *m = load(models[mi]);
+    const int64_t V = m->hp.n_vocab;
+    kv_retain *r = random_heads(m, 7);
+    int32_t *t = tokens(N_ALL, V, 11 + mi);
+    for (int ti = 0; ti < 2; ti++) {
+      const quant_type qt = ti ? QT_F16 : QT_F32;
+      float *ref = malloc((size_t)(N_ALL * V) * sizeof(float)), *lg = malloc((size_t)(N_ALL * V) * sizeof(float));
+      seq q;
+      seq_new(m, &q, qt, KV_FULL, 0, 0, 0, CHUNK, NULL);
+      run(m, &q, t, ref);
+      seq_free(&q);
+      const kv_policy pols[] = {KV_STREAMING, KV_H2O, KV_LOCRET};
+      const int64_t budgets[] = {N_ALL, N_ALL + 17};
+      for (int pi = 0; pi < 3; pi++)
+        for (int bi = 0; bi < 2; bi++) {
+          seq_new(m, &q, qt, pols[pi], budgets[bi], 8, 2, CHUNK, pols[pi] == KV_LOCRET ? r : NULL);
+          run(m, &q, t, lg);
+          assert_int_equal(q.kv->n_evicted, 0);
+          if (memcmp(ref, lg, (size_t)(N_ALL * V) * sizeof(float))) {
+            size_t i = 0;
+            while (ref[i] == lg[i]) i++;
+            fail_msg("%s %s %s budget %lld: logit %zu (token %zu) %.9g, full cache %.9g", models[mi],
+                     quant_type_name(qt), kv_policy_name(pols[pi]), (long long)budgets[bi], i, i / (size_t)V, lg[i],
+                     ref[i]);
+          }
+          seq_free(&q);
+        }
+      free(ref);
+      free(lg);
+    }
+    free(t);
+    kv_retain_free(r);
+    mole_model_free(m);
+  }
+}
+
+// After eviction: every (layer 0, head) slot holds its recorded position's
+// key and value as the full cache has them, positions are distinct, the
+// sinks and the newest `recent` positions are there; streaming keeps exactly
+// the sinks and the newest rest. New tokens after eviction get their true
+// positions (their layer-0 keys match the full cache's).
+static void eviction_keeps_positions(void **state) {
+  (void)state;
+  mole_model *m = load("mixtral");
+  const model_hparams *hp = &m->hp;
+  const int64_t V = hp->n_vocab, B = 12, R = 4, S = 2, N = 50, ND = 5;
+  kv_retain *r = random_heads(m, 3);
+  int32_t *t = tokens(N + ND, V, 5);
+  for (int ti = 0; ti < 2; ti++) {
+    const quant_type qt = ti ? QT_F16 : QT_F32;
+    seq full;
+    seq_new(m, &full, qt, KV_FULL, 0, 0, 0, 8, NULL);
+    seq_eval(m, &full, t, N, NULL);
+    full.batch = 1;
+    for (int64_t i = N; i < N + ND; i++) seq_eval(m, &full, t + i, 1, NULL);
+    const kv_policy pols[] = {KV_STREAMING, KV_H2O, KV_LOCRET};
+    for (int pi = 0; pi < 3; pi++) {
+      seq q;
+      seq_new(m, &q, qt, pols[pi], B, R, S, 8, pols[pi] == KV_LOCRET ? r : NULL);
+      seq_eval(m, &q, t, N, NULL);
+      q.batch = 1;
+      for (int64_t i = N; i < N + ND; i++) seq_eval(m, &q, t + i, 1, NULL);
+      model_kv *kv = q.kv;
+      assert_int_equal(kv->n_used, B);
+      assert_int_equal(kv->n_pos, N + ND);
+      assert_int_equal(kv->n_evicted, (N + ND - B) * hp->n_layer * hp->n_head_kv);
+      const size_t es = qt == QT_F16 ? 2 : 4, kb = (size_t)hp->head_dim * es, vb = (size_t)hp->head_dim_v * es;
+      for (int64_t l = 0; l < hp->n_layer; l++)
+        for (int64_t g = 0; g < hp->n_head_kv; g++) {
+          const int32_t *pos = kv_pos_row(kv, l, g);
+          uint8_t seen[64] = {0};
+          for (int64_t i = 0; i < B; i++) {
+            assert_true(pos[i] >= 0 && pos[i] < N + ND);
+            assert_false(seen[pos[i]]);
+            seen[pos[i]] = 1;
+            if (l > 0) continue;
+            const char *k = (const char *)kv_k_row(kv, 0, i) + g * kb, *v = (const char *)kv_v_row(kv, 0, i) + g * vb;
+            const char *fk = (const char *)kv_k_row(full.kv, 0, pos[i]) + g * kb;
+            const char *fv = (const char *)kv_v_row(full.kv, 0, pos[i]) + g * vb;
+            if (memcmp(k, fk, kb) || memcmp(v, fv, vb))
+              fail_msg("%s %s head %lld slot %lld: row differs from the full cache's position %d",
+                       kv_policy_name(pols[pi]), quant_type_name(qt), (long long)g, (long long)i, pos[i]);
+          }
+          for (int64_t p = 0; p < S; p++) assert_true(seen[p]);
+          for (int64_t p = N + ND - R; p < N + ND; p++) assert_true(seen[p]);
+          if (pols[pi] == KV_STREAMING)
+            for (int64_t p = N + ND - (B - S); p < N + ND; p++) assert_true(seen[p]);
+        }
+      seq_free(&q);
+    }
+    seq_free(&full);
+  }
+  free(t);
+  kv_retain_free(r);
+  mole_model_free(m);
+}
+
+// h2o: each query row's probabilities sum to 1, so after n tokens (budget
+// covering them) a (layer, KV head)'s scores sum to n * its query heads.
+static void h2o_scores_sum_to_queries(void **state) {
+  (void)state;
+  mole_model *m = load("qwen3moe");
+  const model_hparams *hp = &m->hp;
+  const int64_t group = hp->n_head / hp->n_head_kv;
+  int32_t *t = tokens(30, hp->n_vocab, 9);
+  for (int ti = 0; ti < 2; ti++) {
+    const quant_type qt = ti ? QT_F16 : QT_F32;
+    seq q;
+    seq_new(m, &q, qt, KV_H2O, 64, 4, 2, 20, NULL);
+    seq_eval(m, &q, t, 20, NULL);
+    q.batch = 1;
+    for (int64_t i = 20; i < 30; i++) seq_eval(m, &q, t + i, 1, NULL);
+    for (int64_t l = 0; l < hp->n_layer; l++)
+      for (int64_t g = 0; g < hp->n_head_kv; g++) {
+        double sum = 0;
+        const float *sc = kv_score_row(q.kv, l, g);
+        for (int64_t i = 0; i < 30; i++) {
+          assert_true(sc[i] >= 0);
+          sum += sc[i];
+        }
+        assert_float_equal(sum, 30.0 * (double)group, ti ? 0.05 : 1e-3);
+        // the first entry is seen by every query: the most attention of a row in these models is not
+        // guaranteed, but it must have received something from each of the 30 tokens
+        assert_true(sc[0] > 0);
+      }
+    seq_free(&q);
+  }
+  free(t);
+  mole_model_free(m);
+}
+
+// locret: each entry's score is the heads' on its pre-RoPE q, k, v.
+typedef struct {
+  const mole_model *m;
+  float *q, *k, *v;  // [layer][n][dim]
+  int64_t n;
+} capture;
+
+static void capture_hook(void *ctx, int64_t layer, int64_t n, const float *q, const float *k, const float *v,
+                         bool roped) {
+  capture *c = ctx;
+  if (roped) return;
+  const model_hparams *hp = &c->m->hp;
+  const int64_t qd = hp->n_head * hp->head_dim, kd = hp->n_head_kv * hp->head_dim, vd = hp->n_head_kv * hp->head_dim_v;
+  c->n = n;
+  memcpy(c->q + layer * n * qd, q, (size_t)(n * qd) * sizeof(float));
+  memcpy(c->k + layer * n * kd, k, (size_t)(n * kd) * sizeof(float));
+  memcpy(c->v + layer * n * vd, v, (size_t)(n * vd) * sizeof(float));
+}
+
+static void locret_scores_are_the_heads(void **state) {
+  (void)state;
+  mole_model *m = load("mixtral");
+  const model_hparams *hp = &m->hp;
+  const int64_t n = 24, qd = hp->n_head * hp->head_dim, kd = hp->n_head_kv * hp->head_dim,
+                vd = hp->n_head_kv * hp->head_dim_v, K = hp->n_head_kv;
+  kv_retain *r = random_heads(m, 1);
+  capture c = {m, malloc((size_t)(hp->n_layer * n * qd) * 4), malloc((size_t)(hp->n_layer * n * kd) * 4),
+               malloc((size_t)(hp->n_layer * n * vd) * 4), 0};
+  m->attn_hook = capture_hook;
+  m->attn_hook_ctx = &c;
+  int32_t *t = tokens(n, hp->n_vocab, 2);
+  seq q;
+  seq_new(m, &q, QT_F32, KV_LOCRET, 32, 4, 2, n, r);
+  seq_eval(m, &q, t, n, NULL);
+  m->attn_hook = NULL;
+  assert_int_equal(c.n, n);
+  float *want = malloc((size_t)(n * K) * sizeof(float));
+  float *tmp = malloc(kv_retain_tmp_bytes(r, n));
+  for (int64_t l = 0; l < hp->n_layer; l++) {
+    kv_retain_score(r, l, n, c.q + l * n * qd, qd, c.k + l * n * kd, kd, c.v + l * n * vd, vd, want, K, tmp);
+    for (int64_t g = 0; g < K; g++)
+      for (int64_t i = 0; i < n; i++) assert_float_equal(kv_score_row(q.kv, l, g)[i], want[i * K + g], 0);
+  }
+  free(want);
+  free(tmp);
+  free(c.q);
+  free(c.k);
+  free(c.v);
+  free(t);
+  seq_free(&q);
+  kv_retain_free(r);
+  mole_model_free(m);
+}
+
+// The public API: a bounded session runs far past its budget and its n_ctx
+// in constant memory; bad settings are refused with the reason.
+static void expect_refused(mole_model *m, const mole_session_params *sp, const char *needle) {
+  mole_session *s = NULL;
+  const mole_status st = mole_session_new(m, sp, &s);
+  if (st == MOLE_OK) fail_msg("accepted (%d), expected an error with '%s'", st, needle);
+  if (!strstr(mole_last_error(), needle)) fail_msg("error '%s' does not say '%s'", mole_last_error(), needle);
+  assert_null(s);
+}
+
+static void session_api(void **state) {
+  (void)state;
+  mole_model *m = load("mixtral");
+  const int64_t V = mole_model_n_vocab(m);
+  mole_session_params sp = mole_session_default_params();
+  sp.n_ctx = 32;
+  sp.n_batch = 8;
+  sp.kv_budget = 16;
+  mole_session *s;
+  assert_int_equal(mole_session_new(m, &sp, &s), MOLE_OK);
+  int32_t *t = tokens(300, V, 4);
+  float *lg = malloc((size_t)V * sizeof(float));
+  assert_int_equal(mole_session_eval(s, t, 290, lg, false), MOLE_OK);
+  for (int64_t i = 290; i < 300; i++) assert_int_equal(mole_session_eval(s, t + i, 1, lg, false), MOLE_OK);
+  mole_kv_info k;
+  mole_session_kv_info(s, &k);
+  assert_string_equal(k.policy, "h2o");  // the default with a budget and no heads
+  assert_int_equal(k.used, 16);
+  assert_int_equal(k.capacity, 24);
+  assert_int_equal(k.n_past, 300);
+  assert_int_equal(k.recent, 4);
+  assert_int_equal(k.sinks, 4);
+  assert_int_equal(mole_session_rewind(s, 200), MOLE_ERR_ARG);
+  assert_non_null(strstr(mole_last_error(), "evicted"));
+  mole_batcher *b;
+  assert_int_equal(mole_batcher_new(m, 8, 32, &b), MOLE_OK);
+  mole_batch_item it = {s, t, 1, NULL, false};
+  assert_int_equal(mole_batcher_eval(b, &it, 1), MOLE_ERR_ARG);
+  mole_batcher_free(b);
+  mole_session_reset(s);
+  assert_int_equal(mole_session_eval(s, t, 10, lg, false), MOLE_OK);
+  assert_int_equal(mole_session_rewind(s, 5), MOLE_OK);  // nothing evicted yet
+  assert_int_equal(mole_session_eval(s, t + 5, 5, lg, false), MOLE_OK);
+  mole_session_free(s);
+
+  mole_session_params bad = sp;
+  bad.kv_recent = 10;
+  bad.kv_sinks = 8;
+  expect_refused(m, &bad, "smaller than");
+  bad = sp;
+  bad.kv_policy = MOLE_KV_POLICY_LOCRET;
+  expect_refused(m, &bad, "needs retaining heads");
+  bad = sp;
+  bad.kv_budget = 0;
+  bad.kv_policy = MOLE_KV_POLICY_H2O;
+  expect_refused(m, &bad, "needs a kv budget");
+  bad = sp;
+  bad.kv_policy = MOLE_KV_POLICY_FULL;
+  expect_refused(m, &bad, "takes no kv budget");
+  bad = sp;
+  bad.kv_policy = MOLE_KV_POLICY_STREAMING;
+  bad.kv_retain = "x.gguf";
+  expect_refused(m, &bad, "locret only");
+  // heads files: another model's geometry, a model file, a missing file
+  const model_hparams *hp = &m->hp;
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/mole_test_kv_%d.gguf", (int)getpid());
+  const int64_t geo[4][6] = {{hp->n_layer + 1, hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, 8},
+                             {hp->n_layer, hp->n_head * 2, hp->n_head_kv, hp->head_dim, hp->head_dim_v, 8},
+                             {hp->n_layer, hp->n_head, hp->n_head_kv * 2, hp->head_dim, hp->head_dim_v, 8},
+                             {hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim * 2, hp->head_dim_v, 8}};
+  const char *field[4] = {"layers", "attention heads", "KV heads", "key head size"};
+  bad = sp;
+  bad.kv_policy = MOLE_KV_POLICY_LOCRET;
+  bad.kv_retain = path;
+  for (int i = 0; i < 4; i++) {
+    kv_retain *r;
+    assert_int_equal(kv_retain_new(geo[i][0], geo[i][1], geo[i][2], geo[i][3], geo[i][4], geo[i][5], &r), MOLE_OK);
+    assert_int_equal(kv_retain_save(r, path), MOLE_OK);
+    kv_retain_free(r);
+    expect_refused(m, &bad, "another model");
+    expect_refused(m, &bad, field[i]);
+  }
+  kv_retain *r = random_heads(m, 5);
+  assert_int_equal(kv_retain_save(r, path), MOLE_OK);
+  kv_retain_free(r);
+  bad.kv_policy = MOLE_KV_POLICY_AUTO;  // heads given: locret
+  assert_int_equal(mole_session_new(m, &bad, &s), MOLE_OK);
+  assert_int_equal(mole_session_eval(s, t, 100, lg, false), MOLE_OK);
+  mole_session_kv_info(s, &k);
+  assert_string_equal(k.policy, "locret");
+  mole_session_free(s);
+  unlink(path);
+  bad.kv_retain = tu_path("tests/data/conformance/models/mixtral.gguf");
+  expect_refused(m, &bad, "not a retaining-heads file");
+  bad.kv_retain = "/nonexistent/heads.gguf";
+  expect_refused(m, &bad, "heads.gguf");
+  free(lg);
+  free(t);
+  mole_model_free(m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(budget_covers_context_is_exact), cmocka_unit_test(eviction_keeps_positions),
+      cmocka_unit_test(h2o_scores_sum_to_queries),      cmocka_unit_test(locret_scores_are_the_heads),
+      cmocka_unit_test(session_api),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
