@@ -4,7 +4,7 @@ BUILD ?= build
 CMAKE_FLAGS ?=
 DEMO ?= eval-model/mole-eval-moe-q8_0.gguf
 
-.PHONY: all deps build test test-release test-asan fuzz run bench bench-compress clean eval-model
+.PHONY: all deps build test test-release test-asan fuzz run bench bench-compress bench-kv clean eval-model
 
 all: build
 
@@ -43,6 +43,13 @@ bench: deps
 bench-compress: deps
 	@$(MAKE) --no-print-directory build
 	@bash bench/compress.sh
+
+# Bounded KV caches (issue 11): long prompts on a synthetic model, and the eviction policies' quality
+# on the evaluation model (retaining heads trained by mole train-retain)
+bench-kv: deps
+	@$(MAKE) --no-print-directory build
+	@bash bench/kv.sh
+	@bash bench/kv_quality.sh
 
 # The trained evaluation model (eval-model/): corpus, BPE, about an hour of training, GGUF export,
 # figures. Needs PyTorch from Debian (installed here, not by deps); COMMIT=1 refreshes eval-model/.

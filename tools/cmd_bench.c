@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "base/base.h"
 #include "cli.h"
@@ -81,6 +82,10 @@ int cmd_bench(int argc, char **argv) {
     }
   }
   int rc = 0;
+  mole_kv_info kv;
+  mole_session_kv_info(s, &kv);
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
   if (st) {
     rc = cli_error("bench", st);
   } else {
@@ -89,10 +94,12 @@ int cmd_bench(int argc, char **argv) {
     if (json) {
       printf("{\"model\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"weights\": \"%s\", \"image_bytes\": %lld, "
              "\"n_prompt\": %lld, \"n_gen\": %lld, \"pp_tps\": %.2f, \"tg_tps\": %.2f, \"pp_tps_mean\": %.2f, "
-             "\"tg_tps_mean\": %.2f, \"active_bytes\": %llu, \"offload\": ",
+             "\"tg_tps_mean\": %.2f, \"active_bytes\": %llu, \"peak_rss_bytes\": %lld, \"kv\": {\"policy\": \"%s\", "
+             "\"budget\": %lld, \"capacity\": %lld, \"used\": %lld, \"evicted\": %lld, \"bytes\": %lld}, \"offload\": ",
              mo.model, mo.threads, mole_isa(), mo.use_mmap ? "mmap" : "image", (long long)mole_model_image_bytes(m),
              (long long)np, (long long)ng, best_pp, best_tg, sum_pp / (double)reps, sum_tg / (double)reps,
-             (unsigned long long)mole_model_active_bytes(m));
+             (unsigned long long)mole_model_active_bytes(m), (long long)ru.ru_maxrss * 1024, kv.policy,
+             (long long)kv.budget, (long long)kv.capacity, (long long)kv.used, (long long)kv.evicted, (long long)kv.bytes);
       mole_model_print_stats_json(m, stdout);
       printf("}\n");
     } else {
@@ -100,6 +107,7 @@ int cmd_bench(int argc, char **argv) {
       printf("weights read per generated token: %.1f MiB\n", (double)mole_model_active_bytes(m) / 1048576.0);
       printf("kernels: %s; weights: %s\n", mole_isa(), mo.use_mmap ? "mapped from the file" : "copied (image)");
       if (np > 0) printf("pp%-5lld %10.2f tokens/s (mean of %lld: %.2f)\n", (long long)np, best_pp, (long long)reps, sum_pp / (double)reps);
+      cli_print_kv(s, stdout);
       if (ng > 0) printf("tg%-5lld %10.2f tokens/s (mean of %lld: %.2f)\n", (long long)ng, best_tg, (long long)reps, sum_tg / (double)reps);
     }
   }
