@@ -21,6 +21,10 @@ for kt in f16 f32; do
       -o "$T/b.f32" >/dev/null 2>&1 || fail "logits $p $kt"
     cmp -s "$T/full.f32" "$T/b.f32" || fail "logits: --kv-budget 64 --kv-policy $p ($kt) differs from the full cache"
   done
+  # with the experts offloaded (a RAM budget for 40% of them) as well
+  "$M" logits -m "$MF" -t 2 -b 8 --kv-type "$kt" --kv-budget 64 --expert-budget 40% --tokens "$ids" \
+    -o "$T/o.f32" >/dev/null 2>&1 || fail "logits offloaded $kt"
+  cmp -s "$T/full.f32" "$T/o.f32" || fail "logits: --kv-budget 64 with offloaded experts ($kt) differs from the full cache"
   # a small budget changes them
   "$M" logits -m "$MF" -t 2 -b 8 --kv-type "$kt" --kv-budget 16 --kv-recent 4 --kv-sinks 2 --tokens "$ids" \
     -o "$T/s.f32" >/dev/null 2>&1 || fail "logits budget 16 $kt"
