@@ -80,7 +80,7 @@ int cmd_train_retain(int argc, char **argv) {
       if (!(v = cli_value(argc, argv, &i)) || cli_parse_i64(a, v, 0, INT64_MAX, &x)) return 2;
       p.seed = (uint64_t)x;
     } else if (!strcmp(a, "--max-mem")) {
-      if (!(v = cli_value(argc, argv, &i)) || cli_parse_f64(a, v, 0.001, 1 << 20, &d)) return 2;
+      if (!(v = cli_value(argc, argv, &i)) || cli_parse_f64(a, v, 1e-6, 1 << 20, &d)) return 2;
       p.max_mem = d * 1073741824.0;
     } else if (!strcmp(a, "--csv")) {
       if (!(csv = cli_value(argc, argv, &i))) return 2;

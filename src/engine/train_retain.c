@@ -609,10 +609,12 @@ mole_status train_retain_run(const char *model, const char *out, const train_ret
   c.top_k = MOLE_MAX((int64_t)llround(0.1 * (double)c.n_keys), 1);
   const double need = estimate_bytes(&c);
   if (need > p->max_mem) {
+    const bool gib = p->max_mem >= 0.1 * 1073741824.0;
+    const double unit = gib ? 1073741824.0 : 1048576.0;
     st = mole_errorf(MOLE_ERR_ARG,
-                     "train-retain: --tokens %lld needs about %.2f GiB (features, labels, buffers), over --max-mem %.2f "
-                     "GiB: lower --tokens (or --seq-len, --hidden), or raise --max-mem",
-                     (long long)(c.n_seq * c.S), need / 1073741824.0, p->max_mem / 1073741824.0);
+                     "train-retain: --tokens %lld needs about %.2f %s (features, labels, buffers), over --max-mem %.2f "
+                     "%s: lower --tokens (or --seq-len, --hidden), or raise --max-mem",
+                     (long long)(c.n_seq * c.S), need / unit, gib ? "GiB" : "MiB", p->max_mem / unit, gib ? "GiB" : "MiB");
     goto done;
   }
   if ((st = kv_retain_new(c.L, c.NH, c.NKV, c.hd, c.hdv, p->hidden, &c.r))) goto done;
