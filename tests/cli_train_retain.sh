@@ -48,7 +48,7 @@ check short-text 1 "tokens; train-retain needs at least 126" -- "$M" train-retai
 check train 0 "top-10% overlap" -- "$M" "${R[@]}" -o "$T/h.gguf" --csv "$T/c.csv" --report "$T/r.json" --png "$T/c.png"
 check inspect 0 "mole-retain" -- "$M" inspect "$T/h.gguf"
 check inspect-tensor 0 "retain.1.w2" -- "$M" inspect "$T/h.gguf"
-[ "$(head -1 "$T/c.csv")" = "epoch,train_loss,heldout_loss" ] && [ "$(wc -l <"$T/c.csv")" = 5 ] || fail "csv: $(cat "$T/c.csv")"
+[ "$(head -1 "$T/c.csv")" = "epoch,train_loss,heldout_loss,heldout_smoothl1" ] && [ "$(wc -l <"$T/c.csv")" = 5 ] || fail "csv: $(cat "$T/c.csv")"
 python3 - "$T/r.json" <<'PY' || fail "report json"
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -272,7 +272,7 @@ static void test_train_synth(void **state) {
   assert_int_equal(train_retain_write_json(&r, &p, json), MOLE_OK);
   size_t n;
   char *c = read_all(csv, &n);
-  assert_non_null(strstr(c, "epoch,train_loss,heldout_loss\n0,"));
+  assert_non_null(strstr(c, "epoch,train_loss,heldout_loss,heldout_smoothl1\n0,"));
   free(c);
   c = read_all(json, &n);
   assert_non_null(strstr(c, "\"locret\": {\"mean\": "));

@@ -33,7 +33,7 @@ const char *const train_retain_policy_names[TR_N_POLICY] = {"streaming", "h2o", 
 
 train_retain_params train_retain_default_params(void) {
   return (train_retain_params){.tokens = 65536, .seq_len = 512, .heldout = 0.1, .window = 64, .hidden = 64,
-                               .smooth = 0.1f, .lr = 1e-3f, .wd = 0.01f, .batch = 256, .epochs = 8, .seed = 1,
+                               .smooth = 0.01f, .lr = 2e-3f, .wd = 0.01f, .batch = 256, .epochs = 20, .seed = 1,
                                .max_mem = 8.0 * 1073741824.0};
 }
 
@@ -78,7 +78,7 @@ typedef struct tr_layer {
   float *pos;             // [seq_len] the streaming policy's scores (position)
   void *ov_tmp;           // train_retain_overlap_tmp(n_keys)
   train_retain_terms ep;  // this epoch's sums
-  double train_init, held;
+  train_retain_terms train_init, held;  // the loss's sums over the training / held-out sequences
   double ov[TR_N_POLICY];
 } tr_layer;
 
@@ -99,7 +99,6 @@ typedef struct tr_ctx {
   float *htmp;                     // [S] the hook's H2O scratch
   // training
   int64_t run, per_step, n_runs, steps_epoch, total_steps, warm, rows, n_keys, top_k;
-  int64_t epoch;
   tr_phase phase;
   tr_layer *ly;  // [L]
 } tr_ctx;
@@ -310,15 +309,15 @@ static void gather(tr_ctx *c, int64_t l, int64_t s, int64_t at, int64_t len, int
   }
 }
 
-// The loss of layer l's heads over sequences [s0, s1), each in one piece.
-static double eval_loss(tr_ctx *c, int64_t l, int64_t s0, int64_t s1) {
+// The loss's sums for layer l's heads over sequences [s0, s1), each in one piece.
+static train_retain_terms eval_loss(tr_ctx *c, int64_t l, int64_t s0, int64_t s1) {
   tr_layer *y = &c->ly[l];
   train_retain_terms t = {0};
   for (int64_t s = s0; s < s1; s++) {
     gather(c, l, s, 0, c->S, 0);
     train_retain_loss(&y->w, y->X, c->S, y->Y, y->mask, y->next, c->p->smooth, NULL, &t, y->tmp);
   }
-  return train_retain_terms_loss(&t, c->p->smooth);
+  return t;
 }
 
 static void adamw_step(tr_ctx *c, tr_layer *y) {
@@ -512,9 +511,15 @@ static mole_status run_sequences(tr_ctx *c, const int32_t *toks, FILE *log, bool
   return st;
 }
 
-static double mean_over_layers(const tr_ctx *c, size_t offset) {
+static double fit_of(const train_retain_terms *t) { return t->n_fit ? t->fit / (double)t->n_fit : 0.0; }
+
+// The mean over layers of the loss (fit: its SmoothL1 part) of the sums at `offset` in each layer.
+static double mean_over_layers(const tr_ctx *c, size_t offset, bool fit) {
   double s = 0;
-  for (int64_t l = 0; l < c->L; l++) s += *(const double *)((const char *)&c->ly[l] + offset);
+  for (int64_t l = 0; l < c->L; l++) {
+    const train_retain_terms *t = (const train_retain_terms *)((const char *)&c->ly[l] + offset);
+    s += fit ? fit_of(t) : train_retain_terms_loss(t, c->p->smooth);
+  }
   return s / (double)c->L;
 }
 
@@ -529,30 +534,37 @@ static mole_status train(tr_ctx *c, train_retain_report *rep, FILE *log, bool tt
   openblas_set_num_threads(1);
   c->phase = PH_INIT;
   mole_pool_run(c->m->pool, layers_worker, c);
-  for (int64_t l = 0; l < c->L; l++) rep->layer_init[l] = c->ly[l].held;
-  rep->train_loss[0] = mean_over_layers(c, offsetof(tr_layer, train_init));
-  rep->heldout_loss[0] = mean_over_layers(c, offsetof(tr_layer, held));
+  for (int64_t l = 0; l < c->L; l++) {
+    rep->layer_init[l] = train_retain_terms_loss(&c->ly[l].held, c->p->smooth);
+    rep->layer_init_fit[l] = fit_of(&c->ly[l].held);
+  }
+  rep->train_loss[0] = mean_over_layers(c, offsetof(tr_layer, train_init), false);
+  rep->heldout_loss[0] = mean_over_layers(c, offsetof(tr_layer, held), false);
+  rep->heldout_fit[0] = mean_over_layers(c, offsetof(tr_layer, held), true);
   if (log)
-    fprintf(log, "train-retain: before training  train loss %.4f  held-out %.4f\n", rep->train_loss[0],
-            rep->heldout_loss[0]);
+    fprintf(log, "train-retain: before training  train loss %.4f  held-out %.4f (SmoothL1 %.4f)\n", rep->train_loss[0],
+            rep->heldout_loss[0], rep->heldout_fit[0]);
   for (int64_t e = 1; e <= c->p->epochs; e++) {
     c->phase = PH_EPOCH;
-    c->epoch = e;
     mole_pool_run(c->m->pool, layers_worker, c);
     double tr = 0;
     for (int64_t l = 0; l < c->L; l++) tr += train_retain_terms_loss(&c->ly[l].ep, c->p->smooth);
     rep->train_loss[e] = tr / (double)c->L;
-    rep->heldout_loss[e] = mean_over_layers(c, offsetof(tr_layer, held));
+    rep->heldout_loss[e] = mean_over_layers(c, offsetof(tr_layer, held), false);
+    rep->heldout_fit[e] = mean_over_layers(c, offsetof(tr_layer, held), true);
     if (log) {
       const double el = (double)(mole_time_us() - t0) * 1e-6;
-      fprintf(log, "train-retain: epoch %lld/%lld  train loss %.4f  held-out %.4f  %.1f s", (long long)e,
-              (long long)c->p->epochs, rep->train_loss[e], rep->heldout_loss[e], el);
+      fprintf(log, "train-retain: epoch %lld/%lld  train loss %.4f  held-out %.4f (SmoothL1 %.4f)  %.1f s", (long long)e,
+              (long long)c->p->epochs, rep->train_loss[e], rep->heldout_loss[e], rep->heldout_fit[e], el);
       if (tty) fprintf(log, ", ETA %.0f s", el / (double)e * (double)(c->p->epochs - e));
       fprintf(log, "\n");
       fflush(log);
     }
   }
-  for (int64_t l = 0; l < c->L; l++) rep->layer_final[l] = c->ly[l].held;
+  for (int64_t l = 0; l < c->L; l++) {
+    rep->layer_final[l] = train_retain_terms_loss(&c->ly[l].held, c->p->smooth);
+    rep->layer_final_fit[l] = fit_of(&c->ly[l].held);
+  }
   c->phase = PH_OVERLAP;
   mole_pool_run(c->m->pool, layers_worker, c);
   openblas_set_num_threads(blas_threads);
@@ -628,9 +640,12 @@ mole_status train_retain_run(const char *model, const char *out, const train_ret
   rep->heldout_loss = mole_calloc((size_t)p->epochs + 1, sizeof(double));
   rep->layer_init = mole_calloc((size_t)c.L, sizeof(double));
   rep->layer_final = mole_calloc((size_t)c.L, sizeof(double));
+  rep->heldout_fit = mole_calloc((size_t)p->epochs + 1, sizeof(double));
+  rep->layer_init_fit = mole_calloc((size_t)c.L, sizeof(double));
+  rep->layer_final_fit = mole_calloc((size_t)c.L, sizeof(double));
   rep->overlap = mole_calloc((size_t)(TR_N_POLICY * c.L), sizeof(double));
   if (!c.feat || !c.label || !c.h2o || !c.htmp || !rep->train_loss || !rep->heldout_loss || !rep->layer_init ||
-      !rep->layer_final || !rep->overlap) {
+      !rep->layer_final || !rep->overlap || !rep->heldout_fit || !rep->layer_init_fit || !rep->layer_final_fit) {
     st = mole_errorf(MOLE_ERR_NOMEM, "train-retain: out of memory for the features of %lld tokens (--tokens)",
                      (long long)c.N);
     goto done;
@@ -670,7 +685,11 @@ void train_retain_report_free(train_retain_report *rep) {
   mole_free(rep->layer_init);
   mole_free(rep->layer_final);
   mole_free(rep->overlap);
+  mole_free(rep->heldout_fit);
+  mole_free(rep->layer_init_fit);
+  mole_free(rep->layer_final_fit);
   rep->train_loss = rep->heldout_loss = rep->layer_init = rep->layer_final = rep->overlap = NULL;
+  rep->heldout_fit = rep->layer_init_fit = rep->layer_final_fit = NULL;
 }
 
 // ---- the report ----------------------------------------------------------------------
@@ -685,10 +704,11 @@ void train_retain_print_report(const train_retain_report *r, const train_retain_
   fprintf(f, "training          %lld epochs, %lld steps per layer of %lld tokens (lr %g, wd %g, smooth %g, seed %llu)\n",
           (long long)r->epochs, (long long)r->steps, (long long)r->batch, (double)p->lr, (double)p->wd,
           (double)p->smooth, (unsigned long long)p->seed);
-  fprintf(f, "held-out loss     %.4f -> %.4f (before training -> after)\n", r->heldout_loss[0],
-          r->heldout_loss[r->epochs]);
+  fprintf(f, "held-out loss     %.4f -> %.4f (before training -> after; its SmoothL1 part %.4f -> %.4f)\n",
+          r->heldout_loss[0], r->heldout_loss[r->epochs], r->heldout_fit[0], r->heldout_fit[r->epochs]);
   for (int64_t l = 0; l < L; l++)
-    fprintf(f, "  layer %-3lld       %.4f -> %.4f\n", (long long)l, r->layer_init[l], r->layer_final[l]);
+    fprintf(f, "  layer %-3lld       %.4f -> %.4f (%.4f -> %.4f)\n", (long long)l, r->layer_init[l], r->layer_final[l],
+            r->layer_init_fit[l], r->layer_final_fit[l]);
   fprintf(f, "top-10%% overlap with the labels on the held-out sequences (the best %lld of the %lld keys with a full\n"
              "window, per sequence and KV head):\n",
           (long long)r->top_k, (long long)r->n_keys);
@@ -756,10 +776,20 @@ mole_status train_retain_write_json(const train_retain_report *r, const train_re
   json_num(f, r->heldout_loss[r->epochs]);
   fprintf(f, ", \"layers\": ");
   json_arr(f, r->layer_final, L);
+  fprintf(f, "},\n  \"heldout_smoothl1_init\": {\"mean\": ");
+  json_num(f, r->heldout_fit[0]);
+  fprintf(f, ", \"layers\": ");
+  json_arr(f, r->layer_init_fit, L);
+  fprintf(f, "},\n  \"heldout_smoothl1_final\": {\"mean\": ");
+  json_num(f, r->heldout_fit[r->epochs]);
+  fprintf(f, ", \"layers\": ");
+  json_arr(f, r->layer_final_fit, L);
   fprintf(f, "},\n  \"curve\": {\"train\": ");
   json_arr(f, r->train_loss, r->epochs + 1);
   fprintf(f, ", \"heldout\": ");
   json_arr(f, r->heldout_loss, r->epochs + 1);
+  fprintf(f, ", \"heldout_smoothl1\": ");
+  json_arr(f, r->heldout_fit, r->epochs + 1);
   fprintf(f, "},\n  \"overlap\": {\"top_k\": %lld, \"n_keys\": %lld, \"random_expected\": ", (long long)r->top_k,
           (long long)r->n_keys);
   json_num(f, r->random_expected);
@@ -779,9 +809,9 @@ mole_status train_retain_write_json(const train_retain_report *r, const train_re
 mole_status train_retain_write_csv(const train_retain_report *r, const char *path) {
   FILE *f = fopen(path, "w");
   if (!f) return mole_errorf(MOLE_ERR_IO, "--csv: cannot create '%s': %s", path, strerror(errno));
-  fprintf(f, "epoch,train_loss,heldout_loss\n");
+  fprintf(f, "epoch,train_loss,heldout_loss,heldout_smoothl1\n");
   for (int64_t e = 0; e <= r->epochs; e++)
-    fprintf(f, "%lld,%.6f,%.6f\n", (long long)e, r->train_loss[e], r->heldout_loss[e]);
+    fprintf(f, "%lld,%.6f,%.6f,%.6f\n", (long long)e, r->train_loss[e], r->heldout_loss[e], r->heldout_fit[e]);
   if (fclose(f)) return mole_errorf(MOLE_ERR_IO, "--csv: cannot write '%s': %s", path, strerror(errno));
   return MOLE_OK;
 }
@@ -821,14 +851,15 @@ mole_status train_retain_plot(const train_retain_report *r, const char *path) {
   if (!g) return mole_errorf(MOLE_ERR_IO, "--png: cannot run gnuplot: %s", strerror(errno));
   fprintf(g, "$loss << EOD\n");
   for (int64_t e = 0; e <= r->epochs; e++)
-    fprintf(g, "%lld %.6f %.6f\n", (long long)e, r->train_loss[e], r->heldout_loss[e]);
+    fprintf(g, "%lld %.6f %.6f %.6f\n", (long long)e, r->train_loss[e], r->heldout_loss[e], r->heldout_fit[e]);
   fprintf(g, "EOD\nset terminal png size 800,500\nset output ");
   gp_str(g, path);
   fprintf(g,
           "\nset title \"retaining heads (%s, %lld layers, window %lld, hidden %lld): loss, mean over layers\"\n"
           "set xlabel \"epoch\"\nset ylabel \"SmoothL1 + smoothness\"\nset grid\nset key top right\n"
           "plot $loss using 1:2 with linespoints title \"train (epoch 0: before training)\", "
-          "$loss using 1:3 with linespoints title \"held-out\"\n",
+          "$loss using 1:3 with linespoints title \"held-out\", "
+          "$loss using 1:4 with linespoints title \"held-out, SmoothL1 part\"\n",
           r->model_arch, (long long)r->n_layer, (long long)r->window, (long long)r->hidden);
   const int rc = pclose(g);
   if (rc != 0) return mole_errorf(MOLE_ERR_IO, "--png: gnuplot failed writing '%s' (status %d)", path, rc);

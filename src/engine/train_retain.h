@@ -33,11 +33,11 @@ typedef struct train_retain_params {
   double heldout;     // the last fraction of the sequences held out (default 0.1)
   int64_t window;     // W: the queries after a key its label looks at (default 64)
   int64_t hidden;     // the MLP's hidden width (default 64)
-  float smooth;       // weight of the smoothness term (default 0.1)
-  float lr;           // AdamW peak learning rate (default 1e-3): linear warm-up, then cosine decay to 0
+  float smooth;       // weight of the smoothness term (default 0.01)
+  float lr;           // AdamW peak learning rate (default 2e-3): linear warm-up, then cosine decay to 0
   float wd;           // AdamW decoupled weight decay on w1 and w2, not on biases (default 0.01)
   int64_t batch;      // tokens per minibatch (default 256)
-  int64_t epochs;     // passes over the training sequences (default 8); 0 = evaluate the initial heads only
+  int64_t epochs;     // passes over the training sequences (default 20); 0 = evaluate the initial heads only
   uint64_t seed;      // minibatch order, initial weights, the random policy (default 1)
   double max_mem;     // bytes the features, labels and buffers may take (default 8 GiB)
   int n_threads;      // 0 = all cores; layers train in parallel, one per thread
@@ -59,6 +59,8 @@ typedef struct train_retain_report {
   double *heldout_loss;  // [epochs + 1] mean over layers, before any step and after each epoch
   double *layer_init;    // [n_layer] held-out loss before any step
   double *layer_final;   // [n_layer] held-out loss at the end
+  double *heldout_fit;   // [epochs + 1] the held-out loss's SmoothL1 part (mean over layers)
+  double *layer_init_fit, *layer_final_fit;  // [n_layer] the SmoothL1 part before and after
   int64_t n_keys, top_k;              // keys with a full window per (sequence, kv head), and 10% of them
   double *overlap;                    // [TR_N_POLICY][n_layer] top-10% overlap with the labels
   double overlap_mean[TR_N_POLICY];   // over layers
