@@ -13,6 +13,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 int cmd_compress(int argc, char **argv);
+int cmd_train_retain(int argc, char **argv);
 int cmd_cachesim(int argc, char **argv);
 int cmd_kld(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);

@@ -26,12 +26,13 @@ static const command k_cmds[] = {
     {"bench", cmd_bench, "measure prompt and generation speed"},
     {"pack", cmd_pack, "rewrite a MoE model as a packed expert store for offloading"},
     {"compress", cmd_compress, "compress the experts under one bit per weight (GPTQ ternary, QMoE)"},
+    {"train-retain", cmd_train_retain, "train Locret retaining heads for a model (KV eviction scores)"},
     {"cachesim", cmd_cachesim, "replay a routing trace through the expert cache"},
 };
 
 static void usage(FILE *f) {
   fprintf(f, "usage: mole COMMAND [options]   (mole COMMAND --help for its options)\n\ncommands:\n");
-  for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++) fprintf(f, "  %-10s %s\n", k_cmds[i].name, k_cmds[i].what);
+  for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++) fprintf(f, "  %-12s %s\n", k_cmds[i].name, k_cmds[i].what);
 }
 
 int main(int argc, char **argv) {
