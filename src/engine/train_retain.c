@@ -481,7 +481,7 @@ static mole_status run_sequences(tr_ctx *c, const int32_t *toks, FILE *log, bool
   mole_session_params sp = mole_session_default_params();
   sp.n_ctx = c->S;
   sp.n_batch = c->S;  // the hook sees the whole sequence in one pass
-  sp.kv_type = MOLE_KV_F32;
+  sp.kv_type = MOLE_KV_F16;  // the cache the model runs with (labels come from the hook's f32 q, k)
   sp.n_threads = c->p->n_threads;
   mole_session *sess = NULL;
   mole_status st = mole_session_new(c->m, &sp, &sess);
@@ -590,7 +590,7 @@ mole_status train_retain_run(const char *model, const char *out, const train_ret
   mp.n_threads = p->n_threads;
   mp.offload.session_ctx = p->seq_len;
   mp.offload.session_batch = p->seq_len;
-  mp.offload.session_kv_type = MOLE_KV_F32;
+  mp.offload.session_kv_type = MOLE_KV_F16;
   if ((st = mole_model_load(model, &mp, &c.m))) return st;
   const model_hparams *hp = &c.m->hp;
   MOLE_ASSERT(c.m->loc.n_head == hp->n_head && c.m->loc.n_head_kv == hp->n_head_kv);
