@@ -11,7 +11,9 @@
 # Then mole perplexity over the held-out text in chunks of $CTX tokens
 # (the second half of each scored, as llama-perplexity does) with budgets of
 # CTX/4 and CTX/16 entries per layer and KV head, prefill chunk budget/4,
-# recent budget/4, sinks 4, for streaming, h2o and locret; each against the
+# recent budget/4, sinks 4, for streaming, h2o and locret (its default age
+# decay of 8/budget per position, and locret-fixed: --kv-decay 0, the paper's
+# fixed scores); each against the
 # same model with the full cache (--ref): perplexity, KL(full || bounded)
 # and top-1 agreement.
 # Output: bench/out/kv_quality.tsv and a markdown table on stdout.
@@ -23,7 +25,7 @@ CTX=${CTX:-1024}
 M=${MODEL:-eval-model/mole-eval-moe-q8_0.gguf}
 TEXT=${TEXT:-eval-model/heldout.txt}
 HEADS=${HEADS:-models/eval/retain-heads.gguf}
-POLICIES=${POLICIES:-"streaming h2o locret"}
+POLICIES=${POLICIES:-"streaming h2o locret locret-fixed"}
 TRAIN_FLAGS=${TRAIN_FLAGS:-}
 mkdir -p bench/out models/eval
 
@@ -52,8 +54,9 @@ for frac in 4 16; do
   b=$((CTX / frac))
   chunk=$((b / 4))
   for p in $POLICIES; do
-    extra=(--kv-budget "$b" --kv-policy "$p" -b "$chunk")
-    [ "$p" = locret ] && extra+=(--retain "$HEADS")
+    extra=(--kv-budget "$b" --kv-policy "${p%-fixed}" -b "$chunk")
+    [ "${p%-fixed}" = locret ] && extra+=(--retain "$HEADS")
+    [ "$p" = locret-fixed ] && extra+=(--kv-decay 0)
     r=$("$MOLE" perplexity -m "$M" -f "$TEXT" -c "$CTX" -t "$THREADS" "${extra[@]}" --ref "$M" 2>/dev/null)
     ppl=$(sed -n 's/^Final estimate: PPL = \([0-9.]*\).*/\1/p' <<<"$r")
     read -r kl klerr top1 < <(sed -n 's/^KL divergence vs .*: \([0-9.]*\) +\/- \([0-9.]*\), top-1 agreement \([0-9.]*\)%.*/\1 \2 \3/p' <<<"$r")

@@ -126,6 +126,9 @@ typedef struct mole_session_params {
   int64_t kv_sinks;          // -1 = 4 (at most kv_budget - kv_recent)
   mole_kv_policy kv_policy;
   const char *kv_retain;     // retaining heads file (mole train-retain) for LOCRET
+  // LOCRET ranks an entry by its heads' score less kv_decay per position of
+  // age (< 0 = 8 / kv_budget, the default; 0 = none, the paper's fixed scores)
+  float kv_decay;
 } mole_session_params;
 
 mole_session_params mole_session_default_params(void);
@@ -142,6 +145,7 @@ int64_t mole_session_n_past(const mole_session *s);
 typedef struct mole_kv_info {
   const char *policy;     // "full", "streaming", "h2o", "locret"
   int64_t budget, recent, sinks;  // 0, 0, 0 unbounded
+  float decay;            // locret's score penalty per position of age
   int64_t capacity;       // slots allocated per layer and KV head
   int64_t used;           // slots in use
   int64_t n_past;         // positions seen

@@ -63,6 +63,21 @@ grep -q "KL divergence vs .*: 0.000000 +/- 0.000000, top-1 agreement 100.0000%" 
 out=$("$M" bench -m "$MF" -t 2 -p 100 -n 4 -r 1 -b 16 --kv-budget 32 --kv-policy h2o --json 2>&1)
 grep -q '"kv": {"policy": "h2o", "budget": 32, "capacity": 48' <<<"$out" || fail "bench --json: $out"
 
+# locret with heads from mole train-retain: exact at a covering budget, runs at a small one, and the
+# heads fit only their model
+"$M" train-retain -m "$MF" --data "$T/text.txt" --tokens 640 --seq-len 64 --window 8 --hidden 16 --batch 64 \
+  --epochs 2 -t 2 -o "$T/heads.gguf" >/dev/null 2>&1 || fail "train-retain for the locret checks"
+"$M" logits -m "$MF" -t 2 -b 8 --kv-type f32 --tokens "$ids" -o "$T/full.f32" >/dev/null 2>&1
+"$M" logits -m "$MF" -t 2 -b 8 --kv-type f32 --kv-budget 64 --retain "$T/heads.gguf" --tokens "$ids" -o "$T/l.f32" \
+  >/dev/null 2>&1 || fail "logits locret"
+cmp -s "$T/full.f32" "$T/l.f32" || fail "logits: locret at a covering budget differs from the full cache"
+out=$("$M" run -m "$MF" -t 2 -b 8 --kv-budget 16 --retain "$T/heads.gguf" --kv-decay 0.5 --tokens "$long" -n 8 \
+  --ignore-eos --ids --stats 2>&1)
+grep -q "kv cache: locret, budget 16 (recent 4, sinks 4, decay 0.5), 16 of 24 slots in use after 407 positions" \
+  <<<"$out" || fail "run locret: $(grep -E 'kv cache|error' <<<"$out")"
+check "heads of another model" 1 "retaining heads for another model" -- \
+  "$M" run -m "$D/models/qwen3moe.gguf" --kv-budget 16 --retain "$T/heads.gguf" --tokens 1,2 -n 1
+
 # bad settings
 check "recent+sinks > budget" 1 "smaller than kv recent 30 + kv sinks 4" -- \
   "$M" run -m "$MF" --kv-budget 32 --kv-recent 30 --kv-sinks 4 --tokens 1,2 -n 1
@@ -78,6 +93,7 @@ check "heads are a model" 1 "not a retaining-heads file" -- \
 check "missing heads" 1 "$T/none.gguf" -- "$M" run -m "$MF" --kv-budget 32 --retain "$T/none.gguf" --tokens 1,2 -n 1
 check "heads with streaming" 1 "locret only" -- \
   "$M" run -m "$MF" --kv-budget 32 --kv-policy streaming --retain "$T/x.gguf" --tokens 1,2 -n 1
+check "bad decay" 2 "--kv-decay" -- "$M" run -m "$MF" --kv-budget 32 --kv-decay -1 --tokens 1,2 -n 1
 check "serve refuses" 2 "full KV caches" -- "$M" serve -m "$MF" --kv-budget 32
 
 [ "$fails" -eq 0 ] && echo "cli_kv: all passed"

@@ -56,7 +56,7 @@ static void seq_new(mole_model *m, seq *q, quant_type t, kv_policy pol, int64_t 
   assert_int_equal(kv_new(hp->n_layer, cap, hp->n_head_kv * hp->head_dim, hp->n_head_kv * hp->head_dim_v, t, &q->kv),
                    MOLE_OK);
   if (budget > 0)
-    if (kv_set_policy(q->kv, pol, budget, recent, sinks, hp->n_head_kv, r, batch))
+    if (kv_set_policy(q->kv, pol, budget, recent, sinks, pol == KV_LOCRET ? 0.1f : 0.0f, hp->n_head_kv, r, batch))
       fail_msg("kv_set_policy: %s", mole_last_error());
   assert_int_equal(model_scratch_new(m, batch, cap, &q->s), MOLE_OK);
 }
@@ -131,6 +131,75 @@ static void budget_covers_context_is_exact(void **state) {
     kv_retain_free(r);
     mole_model_free(m);
   }
+}
+
+// kv_commit on a cache filled by hand: each (layer, head) keeps its sinks,
+// its newest `recent` and the best of the rest by key (streaming: position;
+// h2o: score; locret: score - decay * age), ties to the newer, as a brute
+// force ranks them; rows move with their positions. n - budget evictions
+// both below (scan) and above (sort) the scan's limit.
+static void eviction_order(void **state) {
+  (void)state;
+  const int64_t L = 2, K = 3, hd = 2, B = 7, R = 2, S = 1;
+  const kv_policy pols[] = {KV_STREAMING, KV_H2O, KV_LOCRET, KV_LOCRET};
+  const float decays[] = {0, 0, 0, 0.3f};
+  const int64_t lens[] = {B + 1, B + 5, 40};
+  uint64_t rs = 17;
+  for (int pi = 0; pi < 4; pi++)
+    for (int li = 0; li < 3; li++) {
+      const int64_t n = lens[li];
+      model_kv *kv;
+      assert_int_equal(kv_new(L, n, K * hd, K * hd, QT_F32, &kv), MOLE_OK);
+      kv_retain *r = NULL;
+      if (pols[pi] == KV_LOCRET) assert_int_equal(kv_retain_new(L, K, K, hd, hd, 1, &r), MOLE_OK);
+      assert_int_equal(kv_set_policy(kv, pols[pi], B, R, S, decays[pi], K, r, n - B), MOLE_OK);
+      float want_score[2][3][64];
+      for (int64_t p = 0; p < n; p++)
+        for (int64_t l = 0; l < L; l++) {
+          float k[6], v[6], sc[3];
+          for (int64_t g = 0; g < K; g++) {
+            sc[g] = (float)(tu_rand_u64(&rs) % 5);  // ties on purpose
+            want_score[l][g][p] = sc[g];
+            for (int64_t d = 0; d < hd; d++) k[g * hd + d] = v[g * hd + d] = (float)(1000 * l + 100 * g + p) + 0.5f * (float)d;
+          }
+          kv_store(kv, l, p, p, k, v, pols[pi] == KV_STREAMING ? NULL : sc);
+        }
+      kv_commit(kv, n);
+      assert_int_equal(kv->n_used, B);
+      for (int64_t l = 0; l < L; l++)
+        for (int64_t g = 0; g < K; g++) {
+          // brute force: fixed ones, then the best of the rest
+          bool want[64] = {0};
+          int64_t kept = 0;
+          for (int64_t p = 0; p < n; p++)
+            if (p < S || p >= n - R) want[p] = true, kept++;
+          while (kept < B) {
+            int64_t best = -1;
+            float bk = 0;
+            for (int64_t p = n - 1; p >= 0; p--) {
+              if (want[p]) continue;
+              float key = pols[pi] == KV_STREAMING ? (float)p : want_score[l][g][p];
+              key -= decays[pi] * (float)(n - 1 - p);
+              if (best < 0 || key > bk) best = p, bk = key;
+            }
+            want[best] = true;
+            kept++;
+          }
+          const int32_t *pos = kv_pos_row(kv, l, g);
+          for (int64_t i = 0; i < B; i++) {
+            if (!want[pos[i]])
+              fail_msg("%s decay %g n %lld layer %lld head %lld: kept position %d", kv_policy_name(pols[pi]),
+                       (double)decays[pi], (long long)n, (long long)l, (long long)g, pos[i]);
+            want[pos[i]] = false;  // each once
+            const float *k = (const float *)kv_k_row(kv, l, i) + g * hd, *v = (const float *)kv_v_row(kv, l, i) + g * hd;
+            assert_float_equal(k[1], (float)(1000 * l + 100 * g + pos[i]) + 0.5f, 0);
+            assert_float_equal(v[0], (float)(1000 * l + 100 * g + pos[i]), 0);
+            if (pols[pi] != KV_STREAMING) assert_float_equal(kv_score_row(kv, l, g)[i], want_score[l][g][pos[i]], 0);
+          }
+        }
+      kv_free(kv);
+      kv_retain_free(r);
+    }
 }
 
 // After eviction: every (layer 0, head) slot holds its recorded position's
@@ -386,6 +455,7 @@ static void session_api(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(eviction_order),
       cmocka_unit_test(budget_covers_context_is_exact), cmocka_unit_test(eviction_keeps_positions),
       cmocka_unit_test(h2o_scores_sum_to_queries),      cmocka_unit_test(locret_scores_are_the_heads),
       cmocka_unit_test(session_api),

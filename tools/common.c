@@ -205,6 +205,9 @@ int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o) {
       return -1;
     }
     o->kv_policy = (mole_kv_policy)(MOLE_KV_POLICY_FULL + k);
+  } else if (!strcmp(a, "--kv-decay")) {
+    if (!(v = cli_value(argc, argv, i)) || cli_parse_f64(a, v, 0, 1e6, &o->kv_decay)) return -1;
+    o->has_kv_decay = true;
   } else if (!strcmp(a, "--retain")) {
     if (!(v = cli_value(argc, argv, i))) return -1;
     o->kv_retain = v;
@@ -289,6 +292,7 @@ int cli_open(const cli_model_opts *o, mole_model **m, mole_session **s) {
   if (o->has_kv_sinks) sp.kv_sinks = o->kv_sinks;
   sp.kv_policy = o->kv_policy;
   sp.kv_retain = o->kv_retain;
+  if (o->has_kv_decay) sp.kv_decay = (float)o->kv_decay;
   st = mole_session_new(*m, &sp, s);
   if (st) {
     mole_model_free(*m);
@@ -301,10 +305,12 @@ int cli_open(const cli_model_opts *o, mole_model **m, mole_session **s) {
 void cli_print_kv(const mole_session *s, FILE *f) {
   mole_kv_info k;
   mole_session_kv_info(s, &k);
+  char decay[48] = "";
+  if (k.decay > 0) snprintf(decay, sizeof decay, ", decay %g", (double)k.decay);
   if (k.budget > 0)
-    fprintf(f, "kv cache: %s, budget %lld (recent %lld, sinks %lld), %lld of %lld slots in use after %lld positions, "
+    fprintf(f, "kv cache: %s, budget %lld (recent %lld, sinks %lld%s), %lld of %lld slots in use after %lld positions, "
                "%lld entries evicted, %.2f MiB resident\n",
-            k.policy, (long long)k.budget, (long long)k.recent, (long long)k.sinks, (long long)k.used,
+            k.policy, (long long)k.budget, (long long)k.recent, (long long)k.sinks, decay, (long long)k.used,
             (long long)k.capacity, (long long)k.n_past, (long long)k.evicted, (double)k.bytes / (1024.0 * 1024.0));
   else
     fprintf(f, "kv cache: full, %lld of %lld positions in use, %.2f MiB resident\n", (long long)k.used,

@@ -20,6 +20,8 @@ typedef struct cli_model_opts {
   int64_t kv_recent, kv_sinks;  // --kv-recent N, --kv-sinks N (used when has_kv_*)
   bool has_kv_recent, has_kv_sinks;
   mole_kv_policy kv_policy;   // --kv-policy full|streaming|h2o|locret
+  double kv_decay;            // --kv-decay X (used when has_kv_decay)
+  bool has_kv_decay;
   const char *kv_retain;      // --retain FILE
   bool use_mmap;         // --mmap
   mole_parallel parallel;  // --parallel tp|hmp (under mpirun)
@@ -52,6 +54,8 @@ typedef struct cli_model_opts {
   "      --kv-recent N    the newest N entries always stay (default: budget / 4)\n"   \
   "      --kv-sinks N     the first N positions always stay (default: 4)\n"          \
   "      --retain FILE    retaining heads for --kv-policy locret (mole train-retain)\n"  \
+  "      --kv-decay X     locret: an entry's score less X per position of age (default\n"     \
+  "                       8 / budget; 0 = the paper's fixed scores)\n"                    \
   "      --mmap           compute from the file mapping: no copy of the weights into memory\n" \
   "                       (shared page cache, slower decode; default: copied and repacked)\n" \
   "several processes (mpirun -np N mole ...; rank 0 prints, the others compute their share):\n" \

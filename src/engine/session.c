@@ -114,7 +114,8 @@ void mole_model_print_stats_json(const mole_model *m, FILE *f) {
 
 mole_session_params mole_session_default_params(void) {
   return (mole_session_params){.n_ctx = 0, .n_batch = 0, .kv_type = MOLE_KV_F16, .n_threads = 0,
-                               .kv_budget = 0, .kv_recent = -1, .kv_sinks = -1, .kv_policy = MOLE_KV_POLICY_AUTO};
+                               .kv_budget = 0, .kv_recent = -1, .kv_sinks = -1, .kv_policy = MOLE_KV_POLICY_AUTO,
+                               .kv_decay = -1.0f};
 }
 
 // The bounded-cache settings of p, checked, with their defaults filled in.
@@ -186,7 +187,8 @@ mole_status mole_session_new(mole_model *m, const mole_session_params *params, m
     if (!st) st = kv_retain_check(s->retain, p.kv_retain, hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v);
   }
   if (!st && p.kv_budget > 0)
-    st = kv_set_policy(s->kv, pol, p.kv_budget, recent, sinks, hp->n_head_kv, s->retain, n_batch);
+    st = kv_set_policy(s->kv, pol, p.kv_budget, recent, sinks, p.kv_decay < 0 ? 8.0f / (float)p.kv_budget : p.kv_decay,
+                       hp->n_head_kv, s->retain, n_batch);
   if (!st) st = model_scratch_new(m, n_batch, n_ctx, &s->scratch);
   if (st) {
     mole_session_free(s);
@@ -228,7 +230,7 @@ mole_status mole_session_rewind(mole_session *s, int64_t n_past) {
 
 void mole_session_kv_info(const mole_session *s, mole_kv_info *out) {
   const model_kv *kv = s->kv;
-  *out = (mole_kv_info){kv_policy_name(kv->policy), kv->budget, kv->recent, kv->sinks, kv->n_ctx,
+  *out = (mole_kv_info){kv_policy_name(kv->policy), kv->budget, kv->recent, kv->sinks, kv->decay, kv->n_ctx,
                         kv->budget > 0 ? kv->n_used : s->n_past, s->n_past, kv->n_evicted, (int64_t)kv_bytes(kv)};
 }
 

@@ -69,8 +69,10 @@ size_t kv_bytes(const model_kv *kv) {
   return b;
 }
 
-mole_status kv_set_policy(model_kv *kv, kv_policy policy, int64_t budget, int64_t recent, int64_t sinks,
+mole_status kv_set_policy(model_kv *kv, kv_policy policy, int64_t budget, int64_t recent, int64_t sinks, float decay,
                           int64_t n_head_kv, const kv_retain *retain, int64_t max_tokens) {
+  if (!(decay >= 0.0f && decay <= 1e6f))
+    return mole_errorf(MOLE_ERR_ARG, "kv decay %g: expected a number >= 0", (double)decay);
   if (policy != KV_STREAMING && policy != KV_H2O && policy != KV_LOCRET)
     return mole_errorf(MOLE_ERR_ARG, "kv policy %s takes no budget (streaming, h2o or locret do)", kv_policy_name(policy));
   if (budget < 1 || recent < 0 || sinks < 0 || recent + sinks > budget)
@@ -105,6 +107,7 @@ mole_status kv_set_policy(model_kv *kv, kv_policy policy, int64_t budget, int64_
   kv->budget = budget;
   kv->recent = recent;
   kv->sinks = sinks;
+  kv->decay = policy == KV_LOCRET ? decay : 0.0f;
   kv->n_head_kv = n_head_kv;
   kv->head_dim = kv->k_dim / n_head_kv;
   kv->head_dim_v = kv->v_dim / n_head_kv;
@@ -164,7 +167,10 @@ static void evict_head(model_kv *kv, int64_t l, int64_t g) {
     const bool fixed = pos[i] < kv->sinks || pos[i] >= kv->n_pos - kv->recent;
     keep[i] = fixed;
     kept += fixed;
-    if (!fixed) rk[nc++] = (kv_rank){kv->policy == KV_STREAMING ? (float)pos[i] : score[i], pos[i], (int32_t)i};
+    if (fixed) continue;
+    float key = kv->policy == KV_STREAMING ? (float)pos[i] : score[i];
+    if (kv->decay > 0.0f) key -= kv->decay * (float)(kv->n_pos - 1 - pos[i]);
+    rk[nc++] = (kv_rank){key, pos[i], (int32_t)i};
   }
   MOLE_ASSERT(kept <= B && n - B <= nc);
   const int64_t take = B - kept, drop = nc - take;

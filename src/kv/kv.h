@@ -23,7 +23,10 @@ struct kv_retain;
 // streaming: nothing (the newest; StreamingLLM's sinks + window); h2o: the
 // attention weight each entry has received so far, summed over the queries
 // of its GQA group (Heavy-Hitter Oracle); locret: the retaining heads' score
-// of the entry (kv/retain.h), fixed when it is cached.
+// of the entry (kv/retain.h), fixed when it is cached, less age * decay (the
+// heads predict a pre-softmax score, a log-scale weight: the penalty makes an
+// entry's expected weight fall exp(-decay) per position of age; decay 0 is
+// the paper's Locret, whose fixed scores let old entries crowd out new ones).
 typedef enum { KV_FULL = 0, KV_STREAMING, KV_H2O, KV_LOCRET } kv_policy;
 const char *kv_policy_name(kv_policy p);
 
@@ -41,6 +44,7 @@ typedef struct model_kv {
   // bounded caches (kv_set_policy); policy KV_FULL and budget 0 otherwise
   kv_policy policy;
   int64_t budget, recent, sinks;
+  float decay;        // locret: score penalty per position of age
   int64_t n_head_kv, head_dim, head_dim_v;
   int64_t n_used;     // slots in use (every layer and head)
   int64_t n_pos;      // positions cached so far (the next token's position)
@@ -62,7 +66,7 @@ size_t kv_bytes(const model_kv *kv);
 // Makes kv bounded: policy streaming, h2o or locret (with retain, checked
 // against the geometry by the caller), budget >= recent + sinks, budget +
 // max_tokens <= n_ctx (a pass's tokens are cached before eviction runs).
-mole_status kv_set_policy(model_kv *kv, kv_policy policy, int64_t budget, int64_t recent, int64_t sinks,
+mole_status kv_set_policy(model_kv *kv, kv_policy policy, int64_t budget, int64_t recent, int64_t sinks, float decay,
                           int64_t n_head_kv, const struct kv_retain *retain, int64_t max_tokens);
 // Empties the cache (a new sequence).
 void kv_reset(model_kv *kv);
