@@ -59,6 +59,12 @@ out=$("$M" perplexity -m "$MF" -f "$T/text.txt" -c 128 -b 16 -t 2 --kv-budget 12
 grep -q "KL divergence vs .*: 0.000000 +/- 0.000000, top-1 agreement 100.0000%" <<<"$out" ||
   fail "perplexity: a budget covering -c is not the full cache: $(grep KL <<<"$out")"
 
+# chat: several turns through a cache that evicts (each turn past the first starts over when the
+# kept prefix cannot be rewound)
+printf 'hello there, how are you today?\nand tell me more about the weather please\nthanks\n' |
+  "$M" chat -m "$MF" -t 2 --template chatml -n 12 --seed 1 --kv-budget 16 --kv-recent 4 -b 8 >"$T/chat.out" 2>&1 ||
+  fail "chat with a budget: $(tail -3 "$T/chat.out")"
+
 # bench --json reports the cache
 out=$("$M" bench -m "$MF" -t 2 -p 100 -n 4 -r 1 -b 16 --kv-budget 32 --kv-policy h2o --json 2>&1)
 grep -q '"kv": {"policy": "h2o", "budget": 32, "capacity": 48' <<<"$out" || fail "bench --json: $out"
