@@ -742,6 +742,15 @@ static void json_arr(FILE *f, const double *x, int64_t n) {
   fprintf(f, "]");
 }
 
+// "key": {"mean": m, "layers": [...]},
+static void json_mean_layers(FILE *f, const char *key, double mean, const double *layers, int64_t n) {
+  fprintf(f, "  \"%s\": {\"mean\": ", key);
+  json_num(f, mean);
+  fprintf(f, ", \"layers\": ");
+  json_arr(f, layers, n);
+  fprintf(f, "},\n");
+}
+
 static void json_str(FILE *f, const char *s) {
   fputc('"', f);
   for (; *s; s++) {
@@ -768,23 +777,11 @@ mole_status train_retain_write_json(const train_retain_report *r, const train_re
           (long long)r->seq_len, (long long)r->window, (long long)r->n_seq_train, (long long)r->n_seq_heldout,
           (long long)r->epochs, (long long)r->steps, (long long)r->batch, (double)p->lr, (double)p->wd,
           (double)p->smooth, (unsigned long long)p->seed);
-  fprintf(f, "  \"heldout_loss_init\": {\"mean\": ");
-  json_num(f, r->heldout_loss[0]);
-  fprintf(f, ", \"layers\": ");
-  json_arr(f, r->layer_init, L);
-  fprintf(f, "},\n  \"heldout_loss_final\": {\"mean\": ");
-  json_num(f, r->heldout_loss[r->epochs]);
-  fprintf(f, ", \"layers\": ");
-  json_arr(f, r->layer_final, L);
-  fprintf(f, "},\n  \"heldout_smoothl1_init\": {\"mean\": ");
-  json_num(f, r->heldout_fit[0]);
-  fprintf(f, ", \"layers\": ");
-  json_arr(f, r->layer_init_fit, L);
-  fprintf(f, "},\n  \"heldout_smoothl1_final\": {\"mean\": ");
-  json_num(f, r->heldout_fit[r->epochs]);
-  fprintf(f, ", \"layers\": ");
-  json_arr(f, r->layer_final_fit, L);
-  fprintf(f, "},\n  \"curve\": {\"train\": ");
+  json_mean_layers(f, "heldout_loss_init", r->heldout_loss[0], r->layer_init, L);
+  json_mean_layers(f, "heldout_loss_final", r->heldout_loss[r->epochs], r->layer_final, L);
+  json_mean_layers(f, "heldout_smoothl1_init", r->heldout_fit[0], r->layer_init_fit, L);
+  json_mean_layers(f, "heldout_smoothl1_final", r->heldout_fit[r->epochs], r->layer_final_fit, L);
+  fprintf(f, "  \"curve\": {\"train\": ");
   json_arr(f, r->train_loss, r->epochs + 1);
   fprintf(f, ", \"heldout\": ");
   json_arr(f, r->heldout_loss, r->epochs + 1);
