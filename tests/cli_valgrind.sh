@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # valgrind on the loaders and one decode: load + prefill + one decode step of
-# a quantized and an f32 model, the GGUF/tokenizer loaders, and mole compress
-# and a compressed model's load, with no error.
+# a quantized and an f32 model, the GGUF/tokenizer loaders, mole compress and
+# a compressed model's load, mole train-retain, a heads file's load and
+# bounded caches that evict, with no error.
 set -uo pipefail
 M=${MOLE_BIN:?}
 D=${MOLE_SOURCE_DIR:?}/tests/data/conformance
@@ -23,5 +24,13 @@ $VG "$M" logits -m "$T/t.gguf" --tokens 1,2,3 -o "$T/c" -t 1 || rc=1
 # (pread: valgrind cannot see the kernel fill io_uring buffers)
 $VG "$M" logits -m "$T/t.gguf" --tokens 1,2,3 -o "$T/d" -t 1 --expert-budget 50% --io pread || rc=1
 $VG "$M" tokenize -m "$D/tokenizer/ggml-vocab-gpt-2.gguf" "Hello world, valgrind!" >/dev/null || rc=1
+# retaining heads: the trainer, the heads file's loader, and a locret cache that evicts (decode included)
+seq 1 400 | tr '\n' ' ' >"$T/text.txt"
+$VG "$M" train-retain -m "$T/m.gguf" --data "$T/text.txt" --tokens 256 --seq-len 64 --window 8 --hidden 8 --batch 32 \
+  --epochs 1 -t 1 -o "$T/h.gguf" >/dev/null 2>&1 || rc=1
+$VG "$M" run -m "$T/m.gguf" --tokens "$(seq -s, 3 1 60)" -n 4 --ids --ignore-eos -t 1 -b 8 --kv-budget 16 \
+  --retain "$T/h.gguf" >/dev/null || rc=1
+$VG "$M" run -m "$T/m.gguf" --tokens "$(seq -s, 3 1 60)" -n 4 --ids --ignore-eos -t 2 -b 8 --kv-budget 16 \
+  --kv-policy h2o >/dev/null || rc=1
 [ $rc = 0 ] && echo "valgrind: clean"
 exit $rc

@@ -453,12 +453,63 @@ static void session_api(void **state) {
   mole_model_free(m);
 }
 
+// Hostile heads files: truncated anywhere, bytes flipped, a value not finite:
+// an error naming the file, never a crash (ASan in make test).
+static void hostile_heads_files(void **state) {
+  (void)state;
+  mole_model *m = load("mixtral");
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/mole_test_kv_h_%d.gguf", (int)getpid());
+  kv_retain *r = random_heads(m, 8);
+  assert_int_equal(kv_retain_save(r, path), MOLE_OK);
+  size_t n = 0;
+  unsigned char *good = tu_read_file(path, &n);
+  assert_non_null(good);
+  kv_retain *back = NULL;
+  assert_int_equal(kv_retain_load(path, &back), MOLE_OK);
+  assert_memory_equal(back->w1, r->w1, (size_t)(r->n_layer * r->n_hidden * r->d_in) * sizeof(float));
+  kv_retain_free(back);
+  unsigned char *bad = malloc(n);
+  uint64_t rs = 99;
+  for (int trial = 0; trial < 300; trial++) {
+    size_t len = n;
+    memcpy(bad, good, n);
+    if (trial < 100) {
+      len = (size_t)(tu_rand_u64(&rs) % n);  // truncated
+    } else {
+      const size_t hdr = n < 4096 ? n : 4096;  // flipped bytes in the header and tensor infos
+      for (int k = 0; k < 1 + trial % 4; k++) bad[tu_rand_u64(&rs) % hdr] ^= (unsigned char)(1 + tu_rand_u64(&rs) % 255);
+    }
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(bad, 1, len, f), len);
+    fclose(f);
+    back = NULL;
+    if (kv_retain_load(path, &back) == MOLE_OK) {  // a flip that left it valid (a value, a name's case)
+      assert_non_null(back);
+      kv_retain_free(back);
+    } else {
+      assert_null(back);
+      assert_non_null(strstr(mole_last_error(), path));
+    }
+  }
+  r->w1[3] = NAN;
+  assert_int_equal(kv_retain_save(r, path), MOLE_OK);
+  assert_int_not_equal(kv_retain_load(path, &back), MOLE_OK);
+  assert_non_null(strstr(mole_last_error(), "not finite"));
+  unlink(path);
+  free(bad);
+  free(good);
+  kv_retain_free(r);
+  mole_model_free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(eviction_order),
       cmocka_unit_test(budget_covers_context_is_exact), cmocka_unit_test(eviction_keeps_positions),
       cmocka_unit_test(h2o_scores_sum_to_queries),      cmocka_unit_test(locret_scores_are_the_heads),
-      cmocka_unit_test(session_api),
+      cmocka_unit_test(session_api),                    cmocka_unit_test(hostile_heads_files),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
