@@ -60,6 +60,33 @@ static void test_axpy_simd_vs_ref(void **st) {
   }
 }
 
+// p.V over a tile of keys: the AVX-512 twin and the dispatch give the bits of
+// one ops_axpy_ref per key, at awkward widths (masked tails) and lengths
+static void test_pv_simd_vs_ref(void **st) {
+  (void)st;
+  uint64_t rs = 13;
+  const int64_t ds[] = {1, 15, 16, 17, 63, 64, 65, 128, 130}, ns[] = {0, 1, 2, 7, 32, 33};
+  for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++)
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+      const int64_t d = ds[di], n = ns[ni];
+      float V[33 * 130], p[33], a[140], b[140], c[140];
+      for (int64_t i = 0; i < 33 * 130; i++) V[i] = tu_rand_uniform(&rs, -3, 3);
+      for (int64_t i = 0; i < 33; i++) p[i] = tu_rand_uniform(&rs, 0, 1);
+      for (int64_t i = 0; i < 140; i++) a[i] = b[i] = c[i] = tu_rand_uniform(&rs, -1, 1);
+      for (int64_t i = 0; i < n; i++) ops_axpy_ref(a, V + i * d, p[i], d);
+      ops_pv_ref(b, p, V, n, d);
+      assert_memory_equal(a, b, sizeof a);
+      ops_pv(c, p, V, n, d);
+      assert_memory_equal(a, c, sizeof a);  // past d untouched too
+      if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")) {
+        for (int64_t i = 0; i < 140; i++) c[i] = b[i];
+        for (int64_t i = 0; i < n; i++) ops_axpy_ref(b, V + i * d, p[i], d);
+        ops_pv_avx512(c, p, V, n, d);
+        assert_memory_equal(b, c, sizeof b);
+      }
+    }
+}
+
 static void test_hsum16(void **st) {
   (void)st;
   float a[16];
@@ -90,6 +117,7 @@ int main(void) {
       cmocka_unit_test(test_expf_poly),
       cmocka_unit_test(test_swiglu_simd_vs_ref),
       cmocka_unit_test(test_axpy_simd_vs_ref),
+      cmocka_unit_test(test_pv_simd_vs_ref),
       cmocka_unit_test(test_hsum16),
       cmocka_unit_test(test_rope_norm),
   };

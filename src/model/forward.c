@@ -10,6 +10,8 @@
 #include "model/ops.h"
 #include "quant/quant_exact.h"
 
+enum { ATT_VT = 32 };  // keys per tile of the f16 attention's p.V
+
 struct model_scratch {
   int64_t n_batch, n_ctx, n_assign_max, ff_max;
   size_t q_row;       // bytes of one converted activation row (largest k)
@@ -22,10 +24,11 @@ struct model_scratch {
   float *y;           // [n_batch][n_embd] block output
   float *sh;          // [n_batch][n_embd] shared expert output
   float *scores;      // [nth][n_ctx + 64] attention scores per thread (f32 cache)
-  float *vacc;        // [nth][head_dim_v] value row as f32 per thread
+  float *vacc;        // [nth][ATT_VT][head_dim_v] value rows as f32 per thread (a tile of keys)
   int64_t att_tb;     // tokens per attention block (f16 cache)
   float *att_s;       // [nth][att_tb*group][n_ctx] scores of a block (f16 cache)
   uint16_t *att_q;    // [nth][att_tb*group][head_dim] f16 queries of a block
+  uint16_t *att_p16;  // [nth][n_ctx] one row of probabilities in f16
   void *xq;           // [n_assign_max][q_row] converted activations
   void *hq;           // [n_assign_max][q_row] converted FFN hidden rows
   float *ff_g;        // [n_assign_max][ff_max]
@@ -112,9 +115,10 @@ static bool scratch_walk(const mole_model *m, int64_t n_batch, int64_t n_ctx, mo
   ALLOC(y, B * hp->n_embd);
   ALLOC(sh, B * hp->n_embd);
   ALLOC(scores, nth * (n_ctx + 64));
-  ALLOC(vacc, nth * hp->head_dim_v);
+  ALLOC(vacc, nth * ATT_VT * hp->head_dim_v);
   ALLOC(att_s, nth * att_tb * group * n_ctx);
   ALLOC(att_q, nth * att_tb * group * hp->head_dim);
+  ALLOC(att_p16, nth * n_ctx);
   ALLOC_BYTES(xq, (size_t)A * q_row);
   ALLOC_BYTES(hq, (size_t)A * q_row);
   ALLOC(ff_g, A * ff_max);
@@ -169,7 +173,7 @@ mole_status model_scratch_new(const mole_model *m, int64_t n_batch, int64_t n_ct
 
 void model_scratch_free(model_scratch *s) {
   if (!s) return;
-  void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->y, s->sh, s->scores, s->vacc, s->att_s, s->att_q, s->xq, s->hq,
+  void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->y, s->sh, s->scores, s->vacc, s->att_s, s->att_q, s->att_p16, s->xq, s->hq,
                   s->ff_g, s->ff_u, s->ff_o, s->router, s->sel, s->selw, s->prec, s->grp_cnt, s->grp_off, s->views, s->slot_tok,
                   s->tok_slot, s->grp_list, s->grp_state, s->tasks, s->seg_ends, s->tok_pos, s->tok_nkv, s->h2o, s->tok_kv, s->tok_segn,
                   s->att_blk, s->out_tok, s->out_ends, s->sub_ends, s->lg_local};
@@ -257,7 +261,8 @@ static void attn_worker_f16(void *ctx, int ith, int nth) {
   const quant_traits *f16t = quant_traits_of(QT_F16);
   float *S = s->att_s + (size_t)ith * (size_t)(TB * group * s->n_ctx);
   uint16_t *Q = s->att_q + (size_t)ith * (size_t)(TB * group * hd);
-  float *vr = s->vacc + (size_t)ith * (size_t)hdv;
+  float *vr = s->vacc + (size_t)ith * (size_t)(ATT_VT * hdv);
+  uint16_t *p16 = s->att_p16 + (size_t)ith * (size_t)s->n_ctx;
   float *h2o = j->h2o ? s->h2o + (size_t)ith * (size_t)(j->m->loc.n_head_kv * s->n_ctx) : NULL;
   int64_t p0, p1;
   mole_split(j->m->loc.n_head_kv * n_blk, ith, nth, &p0, &p1);
@@ -284,17 +289,23 @@ static void attn_worker_f16(void *ctx, int ith, int nth) {
         sum += sc[i];
       }
       const float inv = (float)(1.0 / sum);
-      for (int64_t i = 0; i < len; i++) sc[i] = quant_f16_to_f32(quant_f32_to_f16(sc[i] * inv));
+      for (int64_t i = 0; i < len; i++) sc[i] *= inv;
+      f16t->from_float(sc, p16, len);  // probabilities rounded to f16 (a row at a time: the SIMD twins)
+      f16t->to_float(p16, sc, len);
       if (h2o)
         for (int64_t i = 0; i < len; i++) h2o[g * s->n_ctx + i] += sc[i];
       memset(s->att + t * ldo + (g * group + r % group) * hdv, 0, (size_t)hdv * sizeof(float));
     }
-    for (int64_t i = 0; i < n_kv; i++) {
-      f16t->to_float((const uint16_t *)kv_v_row(kv, j->layer, i) + g * hdv, vr, hdv);
+    // p.V a tile of ATT_VT keys at a time: each query row's output adds the
+    // tile's value rows in key order (as one axpy per key would)
+    for (int64_t i0 = 0; i0 < n_kv; i0 += ATT_VT) {
+      const int64_t i1 = MOLE_MIN(i0 + ATT_VT, n_kv);
+      for (int64_t i = i0; i < i1; i++)
+        f16t->to_float((const uint16_t *)kv_v_row(kv, j->layer, i) + g * hdv, vr + (i - i0) * hdv, hdv);
       for (int64_t r = 0; r < rows; r++) {
-        const int64_t t = t0 + r / group;
-        if (i >= s->tok_nkv[t]) continue;  // causal
-        ops_axpy(s->att + t * ldo + (g * group + r % group) * hdv, vr, S[r * s->n_ctx + i], hdv);
+        const int64_t t = t0 + r / group, lim = MOLE_MIN(i1, s->tok_nkv[t]);  // causal
+        if (lim > i0)
+          ops_pv(s->att + t * ldo + (g * group + r % group) * hdv, S + r * s->n_ctx + i0, vr, lim - i0, hdv);
       }
     }
   }

@@ -86,6 +86,18 @@ void ops_axpy_ref(float *restrict o, const float *restrict v, float w, int64_t n
   }
 }
 
+void ops_pv_ref(float *restrict o, const float *restrict p, const float *restrict V, int64_t n, int64_t d) {
+  for (int64_t i = 0; i < n; i++) ops_axpy_ref(o, V + i * d, p[i], d);
+}
+
+void ops_pv(float *restrict o, const float *restrict p, const float *restrict V, int64_t n, int64_t d) {
+  if (have_avx512()) {
+    ops_pv_avx512(o, p, V, n, d);
+    return;
+  }
+  ops_pv_ref(o, p, V, n, d);
+}
+
 void ops_axpy(float *restrict o, const float *restrict v, float w, int64_t n) {
   if (have_avx512()) {
     ops_axpy_avx512(o, v, w, n);

@@ -19,6 +19,11 @@ void ops_swiglu_avx512(float *y, const float *g, const float *u, int64_t n);
 void ops_axpy(float *restrict o, const float *restrict v, float w, int64_t n);
 void ops_axpy_ref(float *restrict o, const float *restrict v, float w, int64_t n);
 void ops_axpy_avx512(float *restrict o, const float *restrict v, float w, int64_t n);
+// o[c] += p[i] * V[i][c] for i = 0..n-1 in turn, c < d (V [n][d]): n axpys
+// with o kept in registers, the same bits as ops_axpy row after row.
+void ops_pv(float *restrict o, const float *restrict p, const float *restrict V, int64_t n, int64_t d);
+void ops_pv_ref(float *restrict o, const float *restrict p, const float *restrict V, int64_t n, int64_t d);
+void ops_pv_avx512(float *restrict o, const float *restrict p, const float *restrict V, int64_t n, int64_t d);
 float ops_expf_poly_ref(float x);
 // The k largest of p[0..n) in descending order (ties: the lower index):
 // their indices into sel[k] and values into w[k]. k is small (selection).

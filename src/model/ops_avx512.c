@@ -45,3 +45,23 @@ void ops_axpy_avx512(float *restrict o, const float *restrict v, float w, int64_
                                                   _mm512_mul_ps(wv, _mm512_maskz_loadu_ps(k, v + i))));
   }
 }
+
+void ops_pv_avx512(float *restrict o, const float *restrict p, const float *restrict V, int64_t n, int64_t d) {
+  for (int64_t c = 0; c < d; c += 64) {  // 4 registers of o at a time, each i's product added in turn
+    const int64_t w = d - c < 64 ? d - c : 64;
+    __mmask16 k[4];
+    __m512 a[4];
+    for (int r = 0; r < 4; r++) {
+      const int64_t left = w - 16 * r;
+      k[r] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+      a[r] = _mm512_maskz_loadu_ps(k[r], o + c + 16 * r);
+    }
+    for (int64_t i = 0; i < n; i++) {
+      const __m512 pi = _mm512_set1_ps(p[i]);
+      const float *v = V + i * d + c;
+      for (int r = 0; r < 4; r++)
+        a[r] = _mm512_add_ps(a[r], _mm512_mul_ps(pi, _mm512_maskz_loadu_ps(k[r], v + 16 * r)));
+    }
+    for (int r = 0; r < 4; r++) _mm512_mask_storeu_ps(o + c + 16 * r, k[r], a[r]);
+  }
+}
