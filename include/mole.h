@@ -70,6 +70,14 @@ typedef struct mole_model_params {
   mole_parallel parallel;  // with mole_dist_model_load; NONE there means hmp (or the plan's)
   const char *plan;        // mole plan's output: each process's shares (NULL = equal shares)
   bool no_overlap;         // hmp: plain collectives instead of rings overlapped with the matmuls
+  // MegaScale-Infer (with mole_dist_model_load): attention, norms, routers,
+  // embeddings and the KV caches on ranks [0, disagg_attn), each running its
+  // own sequences; the routed experts split over the last disagg_expert
+  // ranks. Both equal to the number of processes: co-located expert
+  // parallelism (every rank both). 0, 0: not disaggregated.
+  int disagg_attn, disagg_expert;
+  int micro_batches;  // each attention rank's batch in this many parts (default 0 = 2)
+  bool no_ping_pong;  // the parts one after another, never overlapping the experts' work
   // false (default): the weights every step reads are copied into memory on
   // huge pages, matrices repacked for the decode kernels (faster decode, the
   // copy's memory). true: computed straight from the file mapping (no copy,
@@ -208,6 +216,19 @@ typedef struct mole_dist_counts {
   int64_t allreduce_calls, allgather_calls, reduce_scatter_calls;
 } mole_dist_counts;
 void mole_dist_get_counts(const mole_model *m, mole_dist_counts *out);
+
+// Disaggregated serving (disagg_attn/disagg_expert): what every rank did
+// since the last reset, gathered on rank 0 (every rank takes part: call it
+// on rank 0 only, between passes). busy: computing; wait: in a pass waiting
+// for the other side; the sides' idle fraction is wait / pass time.
+typedef struct mole_disagg_rank {
+  bool attn, expert;  // its roles
+  int64_t passes, tokens;  // passes and tokens it ran attention for
+  double pass_s, attn_s, expert_s, wait_s;
+  int64_t bytes_sent;
+} mole_disagg_rank;
+mole_status mole_disagg_stats(mole_model *m, mole_disagg_rank *ranks, int max_ranks, int *n_ranks);
+mole_status mole_disagg_reset_stats(mole_model *m);
 
 // ---- OpenAI-compatible HTTP server --------------------------------------------
 // /v1/chat/completions (the model's chat template; streaming with server-sent

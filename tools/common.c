@@ -226,6 +226,23 @@ int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o) {
     o->plan = v;
   } else if (!strcmp(a, "--no-overlap")) {
     o->no_overlap = true;
+  } else if (!strcmp(a, "--disagg")) {
+    if (!(v = cli_value(argc, argv, i))) return -1;
+    int na = 0, ne = 0, used = 0;
+    if (!strcmp(v, "colocated")) {
+      o->disagg_coloc = true;
+    } else if (sscanf(v, "attn=%d,expert=%d%n", &na, &ne, &used) == 2 && v[used] == 0 && na >= 1 && ne >= 1 &&
+               na <= 64 && ne <= 64) {
+      o->disagg_attn = na;
+      o->disagg_expert = ne;
+    } else {
+      fprintf(stderr, "mole: --disagg: '%s' is not attn=A,expert=E (A, E in 1..64) or colocated\n", v);
+      return -1;
+    }
+  } else if (!strcmp(a, "--micro-batches")) {
+    if (!(v = cli_value(argc, argv, i)) || cli_parse_i64(a, v, 1, 16, &o->micro_batches)) return -1;
+  } else if (!strcmp(a, "--no-ping-pong")) {
+    o->no_ping_pong = true;
   } else {
     return cli_offload_flag(argc, argv, i, o);
   }
@@ -256,14 +273,21 @@ int cli_load_model(const cli_model_opts *o, mole_model **m) {
   off->session_ctx = o->ctx;  // so `auto` leaves room for this session
   off->session_batch = o->batch;
   off->session_kv_type = o->kv_type;
-  const bool dist = mole_dist_size() > 1 || o->parallel != MOLE_PARALLEL_NONE || o->plan;
+  const bool disagg = o->disagg_attn > 0 || o->disagg_coloc;
+  const bool dist = mole_dist_size() > 1 || o->parallel != MOLE_PARALLEL_NONE || o->plan || disagg;
   if (dist && mole_dist_size() < 2) {
-    fprintf(stderr, "mole: --parallel/--plan: run under mpirun with 2 or more processes (mpirun -np N mole ...)\n");
+    fprintf(stderr, "mole: --parallel/--plan/--disagg: run under mpirun with 2 or more processes (mpirun -np N mole ...)\n");
     return 2;
   }
+  if (!disagg && (o->micro_batches || o->no_ping_pong))
+    return cli_usage_error("", "--micro-batches and --no-ping-pong go with --disagg");
   mp.parallel = o->parallel;
   mp.plan = o->plan;
   mp.no_overlap = o->no_overlap;
+  mp.disagg_attn = o->disagg_coloc ? mole_dist_size() : o->disagg_attn;
+  mp.disagg_expert = o->disagg_coloc ? mole_dist_size() : o->disagg_expert;
+  mp.micro_batches = (int)o->micro_batches;
+  mp.no_ping_pong = o->no_ping_pong;
   mole_status st = dist ? mole_dist_model_load(o->model, &mp, m) : mole_model_load(o->model, &mp, m);
   if (st) return cli_error("load", st);
   if (dist && mole_dist_rank() != 0) {

@@ -27,6 +27,10 @@ typedef struct cli_model_opts {
   mole_parallel parallel;  // --parallel tp|hmp (under mpirun)
   const char *plan;        // --plan FILE
   bool no_overlap;         // --no-overlap
+  int disagg_attn, disagg_expert;  // --disagg attn=A,expert=E | colocated
+  bool disagg_coloc;
+  int64_t micro_batches;   // --micro-batches N
+  bool no_ping_pong;       // --no-ping-pong
   // expert offloading; each has_* says the flag was given (else the library default)
   bool has_budget, has_weights, has_t1, has_t2, has_prefetch;
   int64_t expert_budget;       // --expert-budget: bytes, 0 resident, -1 auto
@@ -62,6 +66,10 @@ typedef struct cli_model_opts {
   "      --parallel M     hmp (tensor + sequence parallel, Galaxy) or tp (tensor parallel, Megatron)\n" \
   "      --plan FILE      each process's shares, from mole plan (default: equal shares)\n" \
   "      --no-overlap     hmp: plain collectives, no tiles overlapped with the transfers\n" \
+  "      --disagg S       attention and experts on separate ranks (MegaScale-Infer): attn=A,expert=E\n" \
+  "                       (mpirun -np A+E), or colocated (every rank both: expert parallelism)\n" \
+  "      --micro-batches N  --disagg: each attention rank's batch in N ping-pong parts (default: 2)\n" \
+  "      --no-ping-pong   --disagg: the parts one after another, not overlapped with the experts\n" \
   "expert offloading (MoE models larger than memory):\n"                        \
   "      --expert-budget B  RAM for experts: 2GiB, 512MiB, 40% (of the experts), 0 = all\n" \
   "                         resident (mmap), auto = resident if the model fits, else what\n" \

@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
   // under mpirun (or asked for): several processes share the model; only rank 0 speaks
   bool dist = getenv("OMPI_COMM_WORLD_SIZE") != NULL || !strcmp(argv[1], "plan");
   for (int i = 2; i < argc; i++)
-    dist = dist || !strcmp(argv[i], "--plan") ||
+    dist = dist || !strcmp(argv[i], "--plan") || !strcmp(argv[i], "--disagg") ||
            (!strcmp(argv[i], "--parallel") && i + 1 < argc && (!strcmp(argv[i + 1], "hmp") || !strcmp(argv[i + 1], "tp")));
   if (dist) {
     if (mole_dist_init(&argc, &argv) != MOLE_OK) {

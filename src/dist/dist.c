@@ -19,6 +19,7 @@
 //        one rank's tokens at a time, while the next tile is on the wire.
 // Bytes sent are counted per collective (mole_dist_print_stats).
 #include "dist/dist.h"
+#include "dist/dist_internal.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -33,7 +34,7 @@
 #include "model/model.h"
 
 enum { CMD_STEP = 1, CMD_KV_FREE = 2, CMD_STOP = 3 };
-enum { MAX_RANKS = 64 };
+enum { MAX_RANKS = DIST_MAX_RANKS };
 
 typedef struct {
   uint64_t id;
@@ -69,9 +70,9 @@ static int g_rank, g_size = 1;
 // as long each time up to max_nap_us. Within a forward pass the ranks keep
 // MPI's spinning waits: sleeping there added latency when ranks share cores
 // (decode at N = 4 on 2 cores: 6.5 -> 11.3 ms per token in bench/dist.sh).
-enum { WAIT_SPIN_US = 100, WAIT_NAP_PASS_US = 40, WAIT_NAP_IDLE_US = 1000 };
+enum { WAIT_SPIN_US = 100, WAIT_NAP_PASS_US = DIST_NAP_PASS_US, WAIT_NAP_IDLE_US = DIST_NAP_IDLE_US };
 
-static void dist_wait_for(MPI_Request *rq, int n, int max_nap_us) {
+void dist_wait_for(MPI_Request *rq, int n, int max_nap_us) {
   int done = 0;
   MPI_Testall(n, rq, &done, MPI_STATUSES_IGNORE);
   if (done) return;
@@ -108,6 +109,7 @@ void mole_dist_finalize(void) {
   g_inited = false;
 }
 
+bool dist_inited(void) { return g_inited; }
 int mole_dist_rank(void) { return g_rank; }
 int mole_dist_size(void) { return g_size; }
 
@@ -379,6 +381,7 @@ static void make_shard(const gguf_file *f, const model_hparams *hp, const dist_w
 mole_status mole_dist_model_load(const char *path, const mole_model_params *params, mole_model **out) {
   *out = NULL;
   if (!g_inited) return mole_errorf(MOLE_ERR_ARG, "--parallel: mole was not started by mpirun (mole_dist_init)");
+  if (params->disagg_attn > 0 || params->disagg_expert > 0) return disagg_model_load(path, params, out);
   mole_model_params p = *params;
   if (p.parallel == MOLE_PARALLEL_NONE) p.parallel = MOLE_PARALLEL_HMP;
   dist_weights w;
@@ -453,6 +456,7 @@ static model_kv *worker_kv(dist_ctx *d, uint64_t id, int64_t n_ctx, quant_type t
 }
 
 mole_status mole_dist_worker(mole_model *m) {
+  if (m->comm.worker && m->comm.rank != 0) return m->comm.worker(m->comm.ctx);
   dist_ctx *d = m->comm.ctx;
   if (!d || d->rank == 0) return mole_errorf(MOLE_ERR_ARG, "mole_dist_worker: not a worker rank of a sharded model");
   model_scratch *s = NULL;
@@ -522,5 +526,5 @@ static void dist_free(dist_ctx *d) {
 void mole_dist_get_counts(const mole_model *m, mole_dist_counts *out) {
   const dist_ctx *d = m->comm.ctx;
   memset(out, 0, sizeof *out);
-  if (d) *out = d->counts;
+  if (d && !m->comm.forward) *out = d->counts;
 }

@@ -469,7 +469,7 @@ mole_status experts_resident_matrices(experts *x, experts_image_fn fn, void *ctx
     for (int64_t l = 0; l < L; l++) {
       for (int j = 0; j < 3; j++)  // as the image decides when it packs them
         x->image_r16[(p * L + l) * 3 + j] = quant_r16_preferred(st->layout[p][l].type[j], st->ne1[j]);
-      for (int64_t e = 0; e < X; e++)
+      for (int64_t e = x->m->shard.ex0; e < x->m->shard.ex1; e++)  // the experts this process holds
         for (int j = 0; j < 3; j++) {
           const size_t k = (size_t)((l * X + e) * 3 + j);
           const quant_type t = st->layout[p][l].type[j];
@@ -492,6 +492,7 @@ mole_status experts_use_image(experts *x, const uint8_t *image) {
 mole_status experts_get(experts *x, int64_t layer, int32_t e, expert_prec p, expert_view *out) {
   MOLE_ASSERT(p == EXPERT_HIGH || p == EXPERT_LOW);
   MOLE_ASSERT(layer >= 0 && layer < x->m->hp.n_layer && e >= 0 && e < x->m->hp.n_expert);
+  MOLE_ASSERT(e >= x->m->shard.ex0 && e < x->m->shard.ex1);  // held by this process
   MOLE_ASSERT(p == EXPERT_HIGH || x->store.has_low);
   const experts_store *st = &x->store;
   model_tensor v[3];

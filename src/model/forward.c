@@ -47,7 +47,7 @@ struct model_scratch {
   uint8_t *grp_state; // [2*n_expert] moe_ffn's progress on each group (MOE_*)
   ops_mm *tasks;      // [4*n_expert + 4]
   // the batch's sequences (model_forward_batch)
-  int64_t n_seg;
+  int64_t n_seg, n_out;
   int64_t *seg_ends;  // [n_batch] cumulative token counts per sequence
   int64_t *tok_pos;   // [n_batch] position of each token
   int64_t *tok_nkv;   // [n_batch] cache slots each token attends to (its own is the last)
@@ -631,6 +631,16 @@ static void moe_release_held(mole_model *m, model_scratch *s, int64_t il) {
     }
 }
 
+// Router logits of the n rows of s->xn, softmax, top-k: s->sel, s->selw [n][K].
+static void moe_route(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
+  const model_layer *ly = &m->layers[il];
+  const int64_t E = m->hp.n_embd, X = m->hp.n_expert;
+  convert_for(m, s, &ly->gate_inp, s->xn, E, n, E, s->xq);
+  ops_mm tr = mm_of(s, &ly->gate_inp, s->xq, s->q_row, n, s->router, X);
+  ops_mm_run(m->pool, &tr, 1);
+  route(&m->hp, s, n);
+}
+
 // Routed experts. (token, choice) pairs are grouped by (expert, precision) so
 // each expert's matrices are read once per batch; the provider supplies the
 // weights (mapped, or from its RAM cache) and the plan says which precision
@@ -640,18 +650,11 @@ static void moe_release_held(mole_model *m, model_scratch *s, int64_t il) {
 // wait, for one. When the budget holds fewer experts than the layer uses at
 // once (a prompt batch), computed groups are released so that the rest get
 // slots: the layer is computed in waves.
-static mole_status moe_ffn(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
-  const model_hparams *hp = &m->hp;
-  const model_layer *ly = &m->layers[il];
-  const int64_t E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, G = 2 * X;
+// In: n rows of s->xn with k choices each (s->sel, s->selw [n][k]). Out: the
+// unweighted output of choice i in s->ff_o row s->tok_slot[i] (-1: skipped).
+static mole_status moe_experts(mole_model *m, model_scratch *s, int64_t il, int64_t n, int64_t K) {
+  const int64_t G = 2 * m->hp.n_expert;
   experts *xp = m->experts;
-  // router logits [n][X]
-  convert_for(m, s, &ly->gate_inp, s->xn, E, n, E, s->xq);
-  ops_mm tr = mm_of(s, &ly->gate_inp, s->xq, s->q_row, n, s->router, X);
-  ops_mm_run(m->pool, &tr, 1);
-  route(hp, s, n);
-  if (m->moe_hook && m->moe_hook(m->moe_hook_ctx, il, n, s->xn, s->sel, s->selw, s->y)) return MOLE_OK;
-  if (n == 1) experts_predict(xp, il, s->xn);
   experts_plan(xp, il, n, K, s->sel, s->selw, s->prec);
   // groups g = 2*expert + precision: slots [grp_off[g], grp_off[g]+grp_cnt[g])
   memset(s->grp_cnt, 0, (size_t)G * sizeof *s->grp_cnt);
@@ -713,56 +716,93 @@ static mole_status moe_ffn(mole_model *m, model_scratch *s, int64_t il, int64_t 
     if (no_slot >= 0) moe_release_held(m, s, il);
   }
   experts_layer_done(xp, il);
-  if (st) return st;
-  // weighted sum in the router's order, as llama.cpp adds the expert views
+  return st;
+}
+
+// y [n][E] = the choices' outputs (rows idx[t*K + k] of out, -1: skipped)
+// weighted by the router, added in the router's order as llama.cpp adds the
+// expert views.
+static void moe_combine(const mole_model *m, model_scratch *s, int64_t n, const float *out, const int64_t *idx,
+                        int64_t stride) {
+  const int64_t E = m->hp.n_embd, K = m->hp.n_expert_used;
   for (int64_t t = 0; t < n; t++) {
     float *y = s->y + t * E;
     memset(y, 0, (size_t)E * sizeof *y);
     for (int64_t k = 0; k < K; k++) {
-      const int64_t slot = s->tok_slot[t * K + k];
-      if (slot < 0) continue;
-      const float w = s->selw[t * K + k];
-      const float *eo = s->ff_o + slot * E;
-      ops_axpy(y, eo, w, E);
+      const int64_t r = idx[t * K + k];
+      if (r >= 0) ops_axpy(y, out + r * stride, s->selw[t * K + k], E);
     }
   }
+}
+
+static mole_status moe_ffn(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
+  moe_route(m, s, il, n);
+  if (m->moe_hook && m->moe_hook(m->moe_hook_ctx, il, n, s->xn, s->sel, s->selw, s->y)) return MOLE_OK;
+  if (n == 1) experts_predict(m->experts, il, s->xn);
+  mole_status st = moe_experts(m, s, il, n, m->hp.n_expert_used);
+  if (st) return st;
+  moe_combine(m, s, n, s->ff_o, s->tok_slot, m->hp.n_embd);
   return MOLE_OK;
+}
+
+// The FFN's input: this process's rows normed, every token's where rows are
+// split (a MoE layer's routing groups all tokens: no tiles).
+static void moe_pre(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
+  const model_hparams *hp = &m->hp;
+  const int64_t E = hp->n_embd;
+  int64_t t0, t1;
+  own_rows(m, n, &t0, &t1);
+  for (int64_t t = t0; t < t1; t++) ops_rmsnorm(s->xn + t * E, s->x + t * E, m->layers[il].ffn_norm, E, hp->rms_eps);
+  gather_rows(m, s, n, NULL, NULL);
+}
+
+// After the routed experts' sum is in y: the shared expert, the sum over
+// processes, the residual add.
+static void moe_post(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
+  const model_hparams *hp = &m->hp;
+  const model_layer *ly = &m->layers[il];
+  const int64_t E = hp->n_embd;
+  if (ly->gate_inp_shexp) {
+    // shared expert, scaled by sigmoid(w . x), as llama.cpp's qwen2moe graph
+    // computes it: w . x a mul_mat of a one-row f32 matrix (ggml_vec_dot_f32's
+    // order whatever the batch), the sigmoid as silu(g) / g
+    float *sh = s->sh;
+    dense_ffn(m, s, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, n, m->loc.n_ff_shexp, sh);
+    for (int64_t t = 0; t < n; t++) {
+      const float *xn = s->xn + t * E;
+      float g;
+      quant_exact_dot_ref(QX_F32_VEC, E, &g, ly->gate_inp_shexp, xn);
+      g = g != 0.0f ? (g / (1.0f + expf(-g))) / g : 0.5f;  // (0/0 would be NaN there)
+      float *y = s->y + t * E;
+      for (int64_t i = 0; i < E; i++) y[i] += sh[t * E + i] * g;
+    }
+  }
+  reduce_rows(m, s, n, NULL, NULL);
+  int64_t t0, t1;
+  own_rows(m, n, &t0, &t1);
+  for (int64_t t = t0; t < t1; t++)
+    for (int64_t i = 0; i < E; i++) s->x[t * E + i] += s->y[t * E + i];
 }
 
 static mole_status ffn_block(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
   const model_hparams *hp = &m->hp;
   const model_layer *ly = &m->layers[il];
   const int64_t E = hp->n_embd;
+  if (hp->n_expert > 0) {
+    moe_pre(m, s, il, n);
+    mole_status st = moe_ffn(m, s, il, n);
+    if (st) return st;
+    moe_post(m, s, il, n);
+    return MOLE_OK;
+  }
   int64_t t0, t1;
   own_rows(m, n, &t0, &t1);
   for (int64_t t = t0; t < t1; t++) ops_rmsnorm(s->xn + t * E, s->x + t * E, ly->ffn_norm, E, hp->rms_eps);
-  if (hp->n_expert == 0) {
-    // dense: gate and up tile by tile as rows arrive, down tile by tile as they leave
-    rows_job rj = {m, s, ly, m->loc.n_ff};
-    gather_rows(m, s, n, gate_up_rows, &rj);
-    if (!m->comm.hmp) gate_up_rows(&rj, 0, n);
-    reduce_rows(m, s, n, down_rows, &rj);
-  } else {
-    gather_rows(m, s, n, NULL, NULL);  // routing groups all tokens: no tiles
-    mole_status st = moe_ffn(m, s, il, n);
-    if (st) return st;
-    if (ly->gate_inp_shexp) {
-      // shared expert, scaled by sigmoid(w . x), as llama.cpp's qwen2moe graph
-      // computes it: w . x a mul_mat of a one-row f32 matrix (ggml_vec_dot_f32's
-      // order whatever the batch), the sigmoid as silu(g) / g
-      float *sh = s->sh;
-      dense_ffn(m, s, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, n, m->loc.n_ff_shexp, sh);
-      for (int64_t t = 0; t < n; t++) {
-        const float *xn = s->xn + t * E;
-        float g;
-        quant_exact_dot_ref(QX_F32_VEC, E, &g, ly->gate_inp_shexp, xn);
-        g = g != 0.0f ? (g / (1.0f + expf(-g))) / g : 0.5f;  // (0/0 would be NaN there)
-        float *y = s->y + t * E;
-        for (int64_t i = 0; i < E; i++) y[i] += sh[t * E + i] * g;
-      }
-    }
-    reduce_rows(m, s, n, NULL, NULL);
-  }
+  // dense: gate and up tile by tile as rows arrive, down tile by tile as they leave
+  rows_job rj = {m, s, ly, m->loc.n_ff};
+  gather_rows(m, s, n, gate_up_rows, &rj);
+  if (!m->comm.hmp) gate_up_rows(&rj, 0, n);
+  reduce_rows(m, s, n, down_rows, &rj);
   for (int64_t t = t0; t < t1; t++)
     for (int64_t i = 0; i < E; i++) s->x[t * E + i] += s->y[t * E + i];
   return MOLE_OK;
@@ -823,14 +863,11 @@ static mole_status batch_setup(const mole_model *m, model_scratch *s, const mode
   return MOLE_OK;
 }
 
-mole_status model_forward_batch(mole_model *m, model_scratch *s, const model_seg *segs, int64_t n_segs) {
-  const model_hparams *hp = &m->hp;
-  const int64_t E = hp->n_embd, V = hp->n_vocab;
-  int64_t no = 0;
-  mole_status st = batch_setup(m, s, segs, n_segs, &no);
+// The batch's tables and its tokens' embeddings in s->x.
+static mole_status forward_begin(mole_model *m, model_scratch *s, const model_seg *segs, int64_t n_segs) {
+  const int64_t E = m->hp.n_embd, V = m->hp.n_vocab;
+  mole_status st = batch_setup(m, s, segs, n_segs, &s->n_out);
   if (st) return st;
-  if (m->comm.step && m->comm.rank == 0 && (st = m->comm.step(m->comm.ctx, segs, n_segs))) return st;
-  const int64_t n = s->seg_ends[s->n_seg - 1];
   const quant_traits *et = quant_traits_of(m->tok_embd.type);
   for (int64_t i = 0, t = 0; i < n_segs; i++)
     for (int64_t j = 0; j < segs[i].n; j++, t++) {
@@ -842,11 +879,73 @@ mole_status model_forward_batch(mole_model *m, model_scratch *s, const model_seg
       }
       et->to_float(row, s->x + t * E, E);
     }
-  for (int64_t il = 0; il < hp->n_layer; il++) {
+  return MOLE_OK;
+}
+
+static mole_status forward_end(mole_model *m, model_scratch *s, const model_seg *segs, int64_t n_segs);
+
+mole_status model_forward_batch(mole_model *m, model_scratch *s, const model_seg *segs, int64_t n_segs) {
+  if (m->comm.forward && m->comm.rank == 0) return m->comm.forward(m->comm.ctx, s, segs, n_segs);
+  mole_status st = forward_begin(m, s, segs, n_segs);
+  if (st) return st;
+  if (m->comm.step && m->comm.rank == 0 && (st = m->comm.step(m->comm.ctx, segs, n_segs))) return st;
+  const int64_t n = s->seg_ends[s->n_seg - 1];
+  for (int64_t il = 0; il < m->hp.n_layer; il++) {
     attention_block(m, s, il, n);
     if ((st = ffn_block(m, s, il, n))) return st;
   }
   if (m->experts) experts_step_done(m->experts, n);
+  return forward_end(m, s, segs, n_segs);
+}
+
+// ---- stepwise: the routed experts elsewhere (src/dist/disagg.c) ----------------
+
+mole_status model_step_begin(mole_model *m, model_scratch *s, const model_seg *segs, int64_t n_segs) {
+  MOLE_ASSERT(m->hp.n_expert > 0);
+  return forward_begin(m, s, segs, n_segs);
+}
+
+void model_step_attn(mole_model *m, model_scratch *s, int64_t il, model_moe_rows *out) {
+  const int64_t n = s->seg_ends[s->n_seg - 1];
+  attention_block(m, s, il, n);
+  moe_pre(m, s, il, n);
+  moe_route(m, s, il, n);
+  *out = (model_moe_rows){n, m->hp.n_expert_used, s->xn, s->sel, s->selw};
+}
+
+void model_step_ffn_end(mole_model *m, model_scratch *s, int64_t il, const float *out, const int64_t *idx,
+                        int64_t stride) {
+  const int64_t n = s->seg_ends[s->n_seg - 1];
+  moe_combine(m, s, n, out, idx, stride);
+  moe_post(m, s, il, n);
+}
+
+mole_status model_step_end(mole_model *m, model_scratch *s, const model_seg *segs, int64_t n_segs) {
+  return forward_end(m, s, segs, n_segs);
+}
+
+mole_status model_experts_rows(mole_model *m, model_scratch *s, int64_t il, int64_t n, const float *const *xn,
+                               const int32_t *sel, const float *w, float *const *out, uint8_t *done) {
+  const int64_t E = m->hp.n_embd;
+  MOLE_ASSERT(m->experts && n <= s->n_batch);
+  if (n == 0) return MOLE_OK;
+  for (int64_t r = 0; r < n; r++) memcpy(s->xn + r * E, xn[r], (size_t)E * sizeof(float));
+  memcpy(s->sel, sel, (size_t)n * sizeof *sel);
+  memcpy(s->selw, w, (size_t)n * sizeof *w);
+  mole_status st = moe_experts(m, s, il, n, 1);
+  if (st) return st;
+  for (int64_t r = 0; r < n; r++) {
+    const int64_t slot = s->tok_slot[r];
+    done[r] = slot >= 0;
+    if (slot >= 0) memcpy(out[r], s->ff_o + slot * E, (size_t)E * sizeof(float));
+  }
+  return MOLE_OK;
+}
+
+// The KV caches' commits, then the logits wanted.
+static mole_status forward_end(mole_model *m, model_scratch *s, const model_seg *segs, int64_t n_segs) {
+  const model_hparams *hp = &m->hp;
+  const int64_t E = hp->n_embd, V = hp->n_vocab, no = s->n_out, n = s->seg_ends[s->n_seg - 1];
   for (int64_t i = 0; i < n_segs; i++) kv_commit(segs[i].kv, segs[i].n);  // eviction, if bounded
   if (no == 0) return MOLE_OK;
   // every token's final x where rows are split between processes

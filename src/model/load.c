@@ -363,7 +363,8 @@ static mole_status resolve_shard(loader *L) {
   } r[] = {{"KV heads", &s->kvh0, &s->kvh1, hp->n_head_kv}, {"FFN columns", &s->ff0, &s->ff1, hp->n_ff},
            {"expert FFN columns", &s->fe0, &s->fe1, hp->n_ff_exp},
            {"shared expert FFN columns", &s->fs0, &s->fs1, hp->n_ff_shexp},
-           {"vocabulary rows", &s->voc0, &s->voc1, hp->n_vocab}};
+           {"vocabulary rows", &s->voc0, &s->voc1, hp->n_vocab},
+           {"routed experts", &s->ex0, &s->ex1, hp->n_expert}};
   for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
     if (!s->given && *r[i].a == 0 && *r[i].b == 0) *r[i].b = r[i].n;
     if (*r[i].a < 0 || *r[i].a > *r[i].b || *r[i].b > r[i].n)

@@ -90,6 +90,7 @@ typedef struct model_shard {
   int64_t fe0, fe1;
   int64_t fs0, fs1;
   int64_t voc0, voc1;
+  int64_t ex0, ex1;  // the routed experts held (disaggregated: an expert rank's, none on an attention rank)
 } model_shard;
 
 // The dimensions of this process's share (the whole model's when unsharded).
@@ -106,6 +107,7 @@ typedef struct model_local {
 // by tile while the next tile is on the wire; without, once for all rows.
 typedef void (*model_rows_fn)(void *user, int64_t a, int64_t b);
 typedef struct model_seg model_seg;
+typedef struct model_scratch model_scratch;
 typedef struct model_comm {
   void *ctx;
   int rank, size;
@@ -127,6 +129,11 @@ typedef struct model_comm {
   mole_status (*step)(void *ctx, const model_seg *segs, int64_t n_segs);
   // root: a KV cache is gone (the others free theirs); the model is closing
   void (*kv_release)(void *ctx, uint64_t kv_id);
+  // root: runs the whole pass in place of model_forward_batch (disaggregated
+  // attention and experts, src/dist/disagg.c); NULL: the pass runs here
+  mole_status (*forward)(void *ctx, model_scratch *s, const model_seg *segs, int64_t n_segs);
+  // the other ranks' loop (mole_dist_worker); NULL: dist.c's
+  mole_status (*worker)(void *ctx);
   void (*close)(void *ctx);
 } model_comm;
 
@@ -185,7 +192,6 @@ void model_free(mole_model *m);
 
 // ---- forward ------------------------------------------------------------
 typedef struct model_kv model_kv;   // KV cache (kv/kv.h)
-typedef struct model_scratch model_scratch;
 
 // Scratch for up to n_batch tokens, sized once (no allocation per step).
 mole_status model_scratch_new(const mole_model *m, int64_t n_batch, int64_t n_ctx, model_scratch **out);
@@ -212,6 +218,32 @@ struct model_seg {
 // sequence's logits are those it gets alone (each matmul follows the order
 // of a mul_mat of that sequence's tokens).
 mole_status model_forward_batch(mole_model *m, model_scratch *s, const model_seg *segs, int64_t n_segs);
+
+// The same pass step by step, for a MoE model whose routed experts run
+// elsewhere (src/dist/disagg.c): begin (the batch's tables, embeddings);
+// for every layer, attn (attention, the FFN norm, the router: out points at
+// the n rows xn [n][n_embd] and their k choices sel, w [n][k]), then ffn_end
+// with each choice's unweighted expert output, row idx[t*k + c] of out
+// (rows `stride` floats apart; -1: skipped), which adds them with the router's weights, the
+// shared expert and the residual; end (KV commits, logits). The logits are
+// model_forward_batch's bit for bit when the outputs are.
+typedef struct model_moe_rows {
+  int64_t n, k;
+  const float *xn;
+  const int32_t *sel;
+  const float *w;
+} model_moe_rows;
+mole_status model_step_begin(mole_model *m, model_scratch *s, const model_seg *segs, int64_t n_segs);
+void model_step_attn(mole_model *m, model_scratch *s, int64_t il, model_moe_rows *out);
+void model_step_ffn_end(mole_model *m, model_scratch *s, int64_t il, const float *out, const int64_t *idx,
+                        int64_t stride);
+mole_status model_step_end(mole_model *m, model_scratch *s, const model_seg *segs, int64_t n_segs);
+// The other side: layer il's routed experts on n rows xn[r] [n_embd], one
+// choice each (expert sel[r], router weight w[r], which the offload plan
+// reads): out[r] [n_embd] each row's unweighted output, done[r] false where
+// the plan skipped it. s holds at least n tokens.
+mole_status model_experts_rows(mole_model *m, model_scratch *s, int64_t il, int64_t n, const float *const *xn,
+                               const int32_t *sel, const float *w, float *const *out, uint8_t *done);
 
 // Runs n tokens at positions n_past.. (n <= n_batch), appending to kv.
 // logits: [n][n_vocab] when all_logits, else [n_vocab] for the last token; may be NULL.
