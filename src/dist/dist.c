@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kv/kv.h"
 #include "model/model.h"
@@ -375,14 +376,27 @@ static void make_shard(const gguf_file *f, const model_hparams *hp, const dist_w
   sh->fs0 = b[rank], sh->fs1 = b[rank + 1];
   cut(hp->n_vocab, 16, w->vocab, size, voc0);
   sh->voc0 = voc0[rank], sh->voc1 = voc0[rank + 1];
+  sh->ex0 = 0, sh->ex1 = hp->n_expert;  // every routed expert (its columns)
   sh->given = true;  // an empty range is a range, not "the whole"
 }
 
 mole_status mole_dist_model_load(const char *path, const mole_model_params *params, mole_model **out) {
   *out = NULL;
   if (!g_inited) return mole_errorf(MOLE_ERR_ARG, "--parallel: mole was not started by mpirun (mole_dist_init)");
-  if (params->disagg_attn > 0 || params->disagg_expert > 0) return disagg_model_load(path, params, out);
   mole_model_params p = *params;
+  if (p.n_threads < 0 || p.n_threads > 1024)
+    return mole_errorf(MOLE_ERR_ARG, "threads: %d is out of range (0 = the cores shared by the processes here)", p.n_threads);
+  if (p.n_threads == 0) {  // the machine's cores shared by the processes on it
+    MPI_Comm node;
+    int here = 1;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+      MPI_Comm_size(node, &here);
+      MPI_Comm_free(&node);
+    }
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    p.n_threads = (int)MOLE_MAX(1, (cores > 0 ? cores : 1) / here);
+  }
+  if (p.disagg_attn > 0 || p.disagg_expert > 0) return disagg_model_load(path, &p, out);
   if (p.parallel == MOLE_PARALLEL_NONE) p.parallel = MOLE_PARALLEL_HMP;
   dist_weights w;
   for (int r = 0; r < g_size; r++) w.heads[r] = w.ffn[r] = w.seq[r] = w.vocab[r] = 1.0;

@@ -146,7 +146,7 @@ static mole_status bounded_params(const mole_model *m, const mole_session_params
     return mole_errorf(MOLE_ERR_ARG, "retaining heads (--retain) are used by kv policy locret only, not %s",
                        kv_policy_name(*pol));
   if (m->comm.size > 1)
-    return mole_errorf(MOLE_ERR_ARG, "a kv budget is not supported across several processes (--parallel)");
+    return mole_errorf(MOLE_ERR_ARG, "a kv budget is not supported across several processes (--parallel, --disagg)");
   const int64_t B = p->kv_budget;
   *recent = p->kv_recent >= 0 ? p->kv_recent : B / 4;
   *sinks = p->kv_sinks >= 0 ? p->kv_sinks : MOLE_MIN(4, B - *recent);

@@ -927,8 +927,8 @@ mole_status model_step_end(mole_model *m, model_scratch *s, const model_seg *seg
 mole_status model_experts_rows(mole_model *m, model_scratch *s, int64_t il, int64_t n, const float *const *xn,
                                const int32_t *sel, const float *w, float *const *out, uint8_t *done) {
   const int64_t E = m->hp.n_embd;
-  MOLE_ASSERT(m->experts && n <= s->n_batch);
   if (n == 0) return MOLE_OK;
+  MOLE_ASSERT(m->experts && n <= s->n_batch);
   for (int64_t r = 0; r < n; r++) memcpy(s->xn + r * E, xn[r], (size_t)E * sizeof(float));
   memcpy(s->sel, sel, (size_t)n * sizeof *sel);
   memcpy(s->selw, w, (size_t)n * sizeof *w);
