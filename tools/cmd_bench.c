@@ -14,7 +14,10 @@ static const char *k_help =
     "  -p, --n-prompt N     prompt tokens, one batch (default: 128; 0 = skip)\n"
     "  -n, --n-gen N        generated tokens, one decode call each (default: 64; 0 = skip)\n"
     "  -r, --reps N         repetitions, the best is reported (default: 3)\n"
-    "      --json           one JSON object on stdout\n";
+    "      --json           one JSON object on stdout\n"
+    "      --seqs B         B sequences decoding together (the server's batched path): each gets a\n"
+    "                       -p token prompt, then -n passes of one token each; aggregate tokens/s and\n"
+    "                       time per output token (with --disagg: every rank's busy and idle time)\n";
 
 static void fill_tokens(int32_t *t, int64_t n, int64_t V) {
   uint64_t s = 1234;
@@ -24,9 +27,92 @@ static void fill_tokens(int32_t *t, int64_t n, int64_t V) {
   }
 }
 
+// B sequences through one batcher: prompts one sequence at a time, then ng
+// passes of one token per sequence, timed; the best of reps.
+static int bench_seqs(mole_model *m, const cli_model_opts *mo, int64_t B, int64_t np, int64_t ng, int64_t reps,
+                      bool json) {
+  const int64_t V = mole_model_n_vocab(m);
+  mole_session_params sp = mole_session_default_params();
+  sp.n_ctx = np + ng + 2;
+  sp.kv_type = mo->kv_type;
+  sp.n_threads = mo->threads;
+  mole_session **ss = calloc((size_t)B, sizeof *ss);
+  int32_t *tk = malloc((size_t)(B * (np + ng + 2)) * sizeof *tk);
+  float *lg = malloc((size_t)(B * V) * sizeof *lg);
+  mole_batch_item *it = malloc((size_t)B * sizeof *it);
+  mole_batcher *b = NULL;
+  mole_status st = ss && tk && lg && it ? MOLE_OK : MOLE_ERR_NOMEM;
+  if (!st) st = mole_batcher_new(m, MOLE_MAX(B, np + 1), sp.n_ctx, &b);
+  for (int64_t i = 0; i < B && !st; i++) st = mole_session_new(m, &sp, &ss[i]);
+  fill_tokens(tk, B * (np + ng + 2), V);
+  enum { MAXR = 64 };
+  mole_disagg_rank rk[MAXR], best_rk[MAXR];
+  int nrk = 0;
+  const bool disagg = mole_disagg_reset_stats(m) == MOLE_OK;
+  double best = 0, sum = 0;
+  for (int64_t r = 0; r < reps && !st; r++) {
+    for (int64_t i = 0; i < B && !st; i++) {  // prompts (and the first token) one sequence at a time
+      mole_session_reset(ss[i]);
+      const int32_t *t = tk + i * (np + ng + 2);
+      mole_batch_item one = {ss[i], t, np + 1, lg, false};
+      st = mole_batcher_eval(b, &one, 1);
+    }
+    if (disagg) mole_disagg_reset_stats(m);
+    const int64_t t0 = mole_time_us();
+    for (int64_t k = 0; k < ng && !st; k++) {
+      for (int64_t i = 0; i < B; i++)
+        it[i] = (mole_batch_item){ss[i], tk + i * (np + ng + 2) + np + 1 + k, 1, lg + i * V, false};
+      st = mole_batcher_eval(b, it, B);
+    }
+    const double sec = (double)(mole_time_us() - t0) / 1e6, tps = (double)(B * ng) / sec;
+    if (!st && disagg) st = mole_disagg_stats(m, rk, MAXR, &nrk);
+    sum += tps;
+    if (tps > best) {
+      best = tps;
+      if (disagg) memcpy(best_rk, rk, sizeof rk);
+    }
+  }
+  int rc = 0;
+  if (st) {
+    rc = cli_error("bench", st);
+  } else if (json) {
+    printf("{\"model\": \"%s\", \"threads\": %d, \"seqs\": %lld, \"n_prompt\": %lld, \"n_gen\": %lld, "
+           "\"tg_tps\": %.2f, \"tg_tps_mean\": %.2f, \"tpot_ms\": %.3f, \"ranks\": [",
+           mo->model, mo->threads, (long long)B, (long long)np, (long long)ng, best, sum / (double)reps,
+           1e3 * (double)B / best);
+    for (int i = 0; disagg && i < nrk; i++) {
+      const mole_disagg_rank *q = &best_rk[i];
+      printf("%s{\"attn\": %s, \"expert\": %s, \"passes\": %lld, \"pass_s\": %.4f, \"attn_s\": %.4f, "
+             "\"expert_s\": %.4f, \"wait_s\": %.4f, \"bytes_sent\": %lld}",
+             i ? ", " : "", q->attn ? "true" : "false", q->expert ? "true" : "false", (long long)q->passes, q->pass_s,
+             q->attn_s, q->expert_s, q->wait_s, (long long)q->bytes_sent);
+    }
+    printf("]}\n");
+  } else {
+    printf("%lld sequences: %.2f tokens/s in all (mean of %lld: %.2f), %.2f ms per output token\n", (long long)B, best,
+           (long long)reps, sum / (double)reps, 1e3 * (double)B / best);
+    for (int i = 0; disagg && i < nrk; i++) {
+      const mole_disagg_rank *q = &best_rk[i];
+      printf("rank %d (%s): busy %.1f%% attention, %.1f%% experts; idle %.1f%% of %.3f s in %lld passes\n", i,
+             q->attn && q->expert ? "attention+experts" : q->attn ? "attention" : "experts",
+             100 * q->attn_s / q->pass_s, 100 * q->expert_s / q->pass_s, 100 * q->wait_s / q->pass_s, q->pass_s,
+             (long long)q->passes);
+    }
+  }
+  mole_batcher_free(b);
+  for (int64_t i = 0; ss && i < B; i++) mole_session_free(ss[i]);
+  free(ss);
+  free(tk);
+  free(lg);
+  free(it);
+  mole_model_free(m);
+  return rc;
+}
+
+
 int cmd_bench(int argc, char **argv) {
   cli_model_opts mo = {0};
-  int64_t np = 128, ng = 64, reps = 3;
+  int64_t np = 128, ng = 64, reps = 3, nseq = 0;
   bool json = false;
   for (int i = 1; i < argc; i++) {
     int r = cli_model_flag(argc, argv, &i, &mo);
@@ -44,6 +130,8 @@ int cmd_bench(int argc, char **argv) {
       if (!(v = cli_value(argc, argv, &i)) || cli_parse_i64(a, v, 1, 1000, &reps)) return 2;
     } else if (!strcmp(a, "--json")) {
       json = true;
+    } else if (!strcmp(a, "--seqs")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_parse_i64(a, v, 1, 1024, &nseq)) return 2;
     } else {
       return cli_usage_error("bench", "unknown flag '%s'", a);
     }
@@ -52,6 +140,10 @@ int cmd_bench(int argc, char **argv) {
   if (!mo.ctx) mo.ctx = np + ng + 1;
   if (!mo.batch) mo.batch = np > 0 ? np : 1;
   mole_model *m;
+  if (nseq) {
+    if (cli_load_model(&mo, &m)) return 1;
+    return bench_seqs(m, &mo, nseq, np, ng, reps, json);
+  }
   mole_session *s;
   if (cli_open(&mo, &m, &s)) return 1;
   const int64_t V = mole_model_n_vocab(m);
