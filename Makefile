@@ -4,7 +4,7 @@ BUILD ?= build
 CMAKE_FLAGS ?=
 DEMO ?= eval-model/mole-eval-moe-q8_0.gguf
 
-.PHONY: all deps build test test-release test-asan fuzz run bench bench-compress bench-kv clean eval-model
+.PHONY: all deps build test test-release test-asan fuzz run bench bench-compress bench-kv bench-disagg clean eval-model
 
 all: build
 
@@ -50,6 +50,10 @@ bench-kv: deps
 	@$(MAKE) --no-print-directory build
 	@bash bench/kv.sh
 	@bash bench/kv_quality.sh
+
+bench-disagg: deps
+	@$(MAKE) --no-print-directory build
+	@bash bench/disagg.sh
 
 # The trained evaluation model (eval-model/): corpus, BPE, about an hour of training, GGUF export,
 # figures. Needs PyTorch from Debian (installed here, not by deps); COMMIT=1 refreshes eval-model/.

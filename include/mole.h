@@ -229,6 +229,15 @@ typedef struct mole_disagg_rank {
 } mole_disagg_rank;
 mole_status mole_disagg_stats(mole_model *m, mole_disagg_rank *ranks, int max_ranks, int *n_ranks);
 mole_status mole_disagg_reset_stats(mole_model *m);
+// mole plan --disagg (every process of the mpirun calls it): profiles the
+// attention side per batch size, the experts per rows and experts held, the
+// link; searches the split (A + E or co-located), micro-batches and batch
+// size (up to max_seqs sequences at context ctx) for the most tokens/s per
+// process within max_tpot_ms per output token (<= 0: no bound) and every
+// process's memory; rank 0 writes the plan, its prediction and every
+// candidate's (JSON; out NULL = stdout).
+mole_status mole_disagg_plan(const char *path, const mole_model_params *params, int64_t max_seqs, int64_t ctx,
+                             double max_tpot_ms, const char *out);
 
 // ---- OpenAI-compatible HTTP server --------------------------------------------
 // /v1/chat/completions (the model's chat template; streaming with server-sent

@@ -15,16 +15,43 @@ static const char *k_help =
     "  -m FILE          the model\n"
     "  -o FILE          where rank 0 writes the plan (default: stdout)\n"
     "  --parallel M     hmp (default) or tp: whether tokens are shared too\n"
-    "  -t N             threads per process (default: all cores)\n";
+    "  -t N             threads per process (default: the cores shared by the processes)\n"
+    "\n"
+    "usage: mpirun -np N mole plan --disagg -m FILE [--seqs B] [--ctx C] [--max-tpot-ms X] [-o PLAN.json]\n"
+    "Attention and experts on separate processes (MegaScale-Infer): profiles the attention side per\n"
+    "batch size, the experts per rows and experts held, and the link, all processes at once; then\n"
+    "searches the split (attn=A,expert=E or co-located), micro-batches (1..4, ping-pong or not) and\n"
+    "batch size for the most tokens/s per process within the latency bound and every process's\n"
+    "memory. Prints the flags to run it with; the JSON has the pick, the profile and every candidate.\n"
+    "  --seqs B         the most sequences decoding together (default: 16)\n"
+    "  --ctx C          their context (default: 256)\n"
+    "  --max-tpot-ms X  the bound on time per output token (default: none)\n";
 
 int cmd_plan(int argc, char **argv) {
   cli_model_opts mo = {0};
   const char *out = NULL;
+  bool disagg = false;
+  int64_t seqs = 16, ctx = 256;
+  double tpot = 0;
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
+    const char *a = argv[i], *v;
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       fputs(k_help, stdout);
       return 0;
+    }
+    if (!strcmp(a, "--disagg")) {
+      disagg = true;
+      continue;
+    }
+    if (!strcmp(a, "--seqs") || !strcmp(a, "--ctx")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_parse_i64(a, v, 1, !strcmp(a, "--seqs") ? 1024 : 1 << 20,
+                                                            !strcmp(a, "--seqs") ? &seqs : &ctx))
+        return 2;
+      continue;
+    }
+    if (!strcmp(a, "--max-tpot-ms")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_parse_f64(a, v, 0, 1e9, &tpot)) return 2;
+      continue;
     }
     if (!strcmp(a, "-o")) {
       if (!(out = cli_value(argc, argv, &i))) return 2;
@@ -39,7 +66,8 @@ int cmd_plan(int argc, char **argv) {
   mole_model_params mp = mole_model_default_params();
   mp.n_threads = mo.threads;
   mp.parallel = mo.parallel;
-  mole_status st = mole_dist_plan(mo.model, &mp, out);
+  mp.use_mmap = mo.use_mmap;
+  mole_status st = disagg ? mole_disagg_plan(mo.model, &mp, seqs, ctx, tpot, out) : mole_dist_plan(mo.model, &mp, out);
   if (st) return cli_error("plan", st);
   if (mole_dist_rank() == 0 && out) fprintf(stderr, "mole plan: wrote %s\n", out);
   return 0;

@@ -111,6 +111,17 @@ void mole_dist_finalize(void) {
 }
 
 bool dist_inited(void) { return g_inited; }
+
+int dist_default_threads(void) {
+  MPI_Comm node;
+  int here = 1;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+    MPI_Comm_size(node, &here);
+    MPI_Comm_free(&node);
+  }
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return (int)MOLE_MAX(1, (cores > 0 ? cores : 1) / here);
+}
 int mole_dist_rank(void) { return g_rank; }
 int mole_dist_size(void) { return g_size; }
 
@@ -386,16 +397,7 @@ mole_status mole_dist_model_load(const char *path, const mole_model_params *para
   mole_model_params p = *params;
   if (p.n_threads < 0 || p.n_threads > 1024)
     return mole_errorf(MOLE_ERR_ARG, "threads: %d is out of range (0 = the cores shared by the processes here)", p.n_threads);
-  if (p.n_threads == 0) {  // the machine's cores shared by the processes on it
-    MPI_Comm node;
-    int here = 1;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
-      MPI_Comm_size(node, &here);
-      MPI_Comm_free(&node);
-    }
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    p.n_threads = (int)MOLE_MAX(1, (cores > 0 ? cores : 1) / here);
-  }
+  if (p.n_threads == 0) p.n_threads = dist_default_threads();
   if (p.disagg_attn > 0 || p.disagg_expert > 0) return disagg_model_load(path, &p, out);
   if (p.parallel == MOLE_PARALLEL_NONE) p.parallel = MOLE_PARALLEL_HMP;
   dist_weights w;

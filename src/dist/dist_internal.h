@@ -12,6 +12,9 @@ enum { DIST_MAX_RANKS = 64 };
 enum { DIST_NAP_PASS_US = 40, DIST_NAP_IDLE_US = 1000 };
 
 bool dist_inited(void);
+// Threads per process when none are asked for: the cores of this machine
+// shared by the processes on it.
+int dist_default_threads(void);
 // Waits for the requests, spinning briefly, then napping up to max_nap_us
 // between tests (a rank left waiting for minutes must not hold a core).
 void dist_wait_for(MPI_Request *rq, int n, int max_nap_us);

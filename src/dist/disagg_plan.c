@@ -1,0 +1,368 @@
+// dist/disagg_plan: mole plan --disagg. MegaScale-Infer's plan search on
+// profiled times.
+//
+// Every rank loads the model and profiles, all at once (so that the times
+// include what the ranks of one machine take from each other: cores,
+// memory bandwidth), on the real code paths:
+//   T_a(b)  one decode pass of b sequences at context c on the attention
+//           side (model_step_*: attention, norms, router, the weighted sum,
+//           the output projection), the routed experts left out; per layer;
+//   T_e(r, x)  one layer's routed experts on r rows spread over x experts
+//           (model_experts_rows), for the x = X/E of every E;
+//   T_c(s)  ranks 0 and N-1 ping-pong messages of s bytes: latency +
+//           s / bandwidth, fitted.
+// For every split (A attention + E expert ranks, or all co-located), number
+// of micro-batches m and batch size B (sequences), with b = B / (A m)
+// tokens per micro-batch, r = A b k / E rows reaching an expert rank:
+//   ping-pong:  pass = L max(m T_a(b), m T_e(r, X/E), T_a + T_e + 2 T_c) + R
+//   without:    pass = L m (T_a(b) + T_e(r, X/E) + 2 T_c) + R
+//   co-located: pass = L m (T_a(B/(N m)) + T_e(B k/(N m), X/N) + 2 T_c) + R
+// (a micro-batch comes back for its next layer a round trip later at the
+// earliest; R: the pass outside the layers, embeddings and logits, at B/A).
+// (T_c of the b k rows one attention rank sends, each way). Time per output
+// token = pass; tokens/s = B / pass, per rank / N. A plan is feasible when
+// the pass meets the latency bound and every rank's weights and KV caches
+// fit the memory it may use; the pick maximises tokens/s per rank.
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dist/dist.h"
+#include "dist/dist_internal.h"
+#include "experts/budget.h"
+#include "kv/kv.h"
+#include "model/model.h"
+
+enum { PB_MAX = 10, PR_MAX = 14, PX_MAX = 16 };
+
+typedef struct {
+  int nb;
+  int64_t b[PB_MAX];
+  double ta[PB_MAX];  // seconds per layer
+  double tr[PB_MAX];  // seconds per pass outside the layers (embeddings, logits)
+  int nr;
+  int64_t r[PR_MAX];
+  int nx;
+  int64_t x[PX_MAX];             // experts per expert rank, per candidate E
+  double te[PX_MAX][PR_MAX];     // seconds per layer
+  double lat_s, bw_bps;
+  double mem_bytes;
+} dg_profile;
+
+static double median3(double a, double b, double c) {
+  return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
+}
+
+// One attention-side decode pass of b sequences at context ctx: per layer,
+// and the rest (embeddings, KV commits, logits) in *rest.
+static double time_attn(mole_model *m, int64_t b, int64_t ctx, model_kv **kvs, model_scratch *s, float *lg,
+                        int64_t *idx, double *rest) {
+  const model_hparams *hp = &m->hp;
+  model_seg segs[1024];
+  int32_t tok[1024];
+  for (int64_t i = 0; i < b; i++) {
+    tok[i] = (int32_t)((i * 7919 + 13) % hp->n_vocab);
+    segs[i] = (model_seg){kvs[i], &tok[i], 1, ctx, lg + i * hp->n_vocab, false};
+  }
+  for (int64_t i = 0; i < b * hp->n_expert_used; i++) idx[i] = -1;
+  double t[3], e[3];
+  for (int rep = 0; rep < 3; rep++) {
+    const double t0 = MPI_Wtime();
+    mole_status st = model_step_begin(m, s, segs, b);
+    MOLE_ASSERT(st == MOLE_OK);
+    const double t1 = MPI_Wtime();
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+      model_moe_rows r;
+      model_step_attn(m, s, il, &r);
+      model_step_ffn_end(m, s, il, lg, idx, hp->n_embd);
+    }
+    const double t2 = MPI_Wtime();
+    st = model_step_end(m, s, segs, b);
+    MOLE_ASSERT(st == MOLE_OK);
+    t[rep] = (t2 - t1) / (double)hp->n_layer;
+    e[rep] = (t1 - t0) + (MPI_Wtime() - t2);
+  }
+  *rest = median3(e[0], e[1], e[2]);
+  return median3(t[0], t[1], t[2]);
+}
+
+// One layer's routed experts on r rows over experts [0, x), per layer.
+static double time_experts(mole_model *m, int64_t r, int64_t x, model_scratch *s, const float *const *xin,
+                           float *const *xout, int32_t *sel, float *w, uint8_t *done) {
+  const model_hparams *hp = &m->hp;
+  uint64_t q = 0x2545F4914F6CDD1Dull + (uint64_t)(r * 131 + x);
+  for (int64_t i = 0; i < r; i++) {
+    q ^= q << 13, q ^= q >> 7, q ^= q << 17;
+    sel[i] = (int32_t)(q % (uint64_t)x);
+    w[i] = 0.5f;
+  }
+  double t[3];
+  for (int rep = 0; rep < 3; rep++) {
+    const double t0 = MPI_Wtime();
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+      mole_status st = model_experts_rows(m, s, il, r, xin, sel, w, xout, done);
+      MOLE_ASSERT(st == MOLE_OK);
+    }
+    t[rep] = (MPI_Wtime() - t0) / (double)hp->n_layer;
+  }
+  return median3(t[0], t[1], t[2]);
+}
+
+// Ranks 0 and N-1: round trips of 1 KiB and 1 MiB, half each, fitted.
+static void profile_link(int rank, int size, dg_profile *p) {
+  const int peer = rank == 0 ? size - 1 : 0;
+  const int sizes[2] = {1 << 10, 1 << 20};
+  double t[2] = {0, 0};
+  char *buf = mole_calloc(1 << 20, 1);
+  MOLE_ASSERT(buf);
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int k = 0; k < 2; k++) {
+    const int reps = k ? 8 : 64;
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+      const double t0 = MPI_Wtime();
+      if (rank == 0) {
+        MPI_Send(buf, sizes[k], MPI_BYTE, peer, 77, MPI_COMM_WORLD);
+        MPI_Recv(buf, sizes[k], MPI_BYTE, peer, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      } else if (rank == size - 1) {
+        MPI_Recv(buf, sizes[k], MPI_BYTE, peer, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Send(buf, sizes[k], MPI_BYTE, peer, 77, MPI_COMM_WORLD);
+      }
+      best = MOLE_MIN(best, (MPI_Wtime() - t0) / 2);
+    }
+    t[k] = best;
+  }
+  mole_free(buf);
+  p->bw_bps = (double)(sizes[1] - sizes[0]) / MOLE_MAX(t[1] - t[0], 1e-9);
+  p->lat_s = MOLE_MAX(t[0] - sizes[0] / p->bw_bps, 0);
+}
+
+// Linear interpolation of y over sorted x (clamped, extrapolated linearly above).
+static double interp(const int64_t *xs, const double *ys, int n, double x) {
+  if (x <= xs[0]) return ys[0] * MOLE_MAX(x, 0.0) / (double)xs[0] + (x > 0 ? 0 : 0);
+  for (int i = 1; i < n; i++)
+    if (x <= xs[i]) return ys[i - 1] + (ys[i] - ys[i - 1]) * (x - (double)xs[i - 1]) / (double)(xs[i] - xs[i - 1]);
+  const double slope = n > 1 ? (ys[n - 1] - ys[n - 2]) / (double)(xs[n - 1] - xs[n - 2]) : ys[0] / (double)xs[0];
+  return ys[n - 1] + slope * (x - (double)xs[n - 1]);
+}
+
+typedef struct {
+  int A, E;  // E = A = N: co-located
+  int m;
+  int64_t B;
+  bool ping_pong;
+  double pass_s, tps, tps_rank, mem_attn, mem_exp;
+  bool fits;
+} dg_plan;
+
+static double te_of(const dg_profile *p, int64_t x, double rows) {
+  for (int i = 0; i < p->nx; i++)
+    if (p->x[i] == x) return rows <= 0 ? 0 : interp(p->r, p->te[i], p->nr, rows);
+  MOLE_ASSERT(0);
+  return 0;
+}
+
+static void predict(const dg_profile *p, const model_hparams *hp, int N, int64_t ctx, double wa, double we,
+                    double kv_seq, dg_plan *q) {
+  const bool coloc = q->A == N && q->E == N;
+  const double k = (double)hp->n_expert_used, L = (double)hp->n_layer, row = (hp->n_embd + 2) * 4.0;
+  const double b = (double)q->B / (q->A * q->m);  // tokens per micro-batch on an attention rank
+  const double ta = b > 0 ? interp(p->b, p->ta, p->nb, b) : 0;
+  const double rest = interp(p->b, p->tr, p->nb, (double)q->B / q->A);  // the rank's whole batch
+  const int64_t xr = hp->n_expert / q->E;
+  const double te = te_of(p, xr, q->A * b * k / q->E);
+  const double tc = p->lat_s + b * k / q->E * row / p->bw_bps;
+  // a micro-batch is back for its next layer after a round trip at the earliest
+  if (coloc || !q->ping_pong)
+    q->pass_s = L * q->m * (ta + te + 2 * tc) + rest;
+  else
+    q->pass_s = L * MOLE_MAX(q->m * MOLE_MAX(ta, te), ta + te + 2 * tc) + rest;
+  (void)ctx;
+  q->tps = (double)q->B / q->pass_s;
+  q->tps_rank = q->tps / N;
+  q->mem_attn = wa + kv_seq * ceil((double)q->B / q->A) + (coloc ? we / N : 0);
+  q->mem_exp = coloc ? q->mem_attn : we / q->E;
+  q->fits = MOLE_MAX(q->mem_attn, q->mem_exp) <= p->mem_bytes;
+}
+
+static void plan_json(FILE *f, const dg_plan *q, int N) {
+  fprintf(f, "{\"attn\": %d, \"expert\": %d, \"colocated\": %s, \"micro_batches\": %d, \"ping_pong\": %s, \"seqs\": %lld, "
+             "\"pass_ms\": %.3f, \"tokens_per_s\": %.2f, \"tokens_per_s_per_rank\": %.2f, \"mem_attn_rank\": %.0f, "
+             "\"mem_expert_rank\": %.0f, \"fits\": %s}",
+          q->A, q->E, q->A == N && q->E == N ? "true" : "false", q->m, q->ping_pong ? "true" : "false",
+          (long long)q->B, 1e3 * q->pass_s, q->tps, q->tps_rank, q->mem_attn, q->mem_exp, q->fits ? "true" : "false");
+}
+
+mole_status mole_disagg_plan(const char *path, const mole_model_params *params, int64_t max_seqs, int64_t ctx,
+                             double max_tpot_ms, const char *out) {
+  if (!dist_inited()) return mole_errorf(MOLE_ERR_ARG, "plan --disagg: run under mpirun (mole_dist_init)");
+  int rank, N;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &N);
+  if (max_seqs < 1 || max_seqs > 1024) return mole_errorf(MOLE_ERR_ARG, "plan --disagg: --seqs %lld: 1..1024", (long long)max_seqs);
+  if (ctx < 1 || ctx > 1 << 20) return mole_errorf(MOLE_ERR_ARG, "plan --disagg: --ctx %lld: 1..1048576", (long long)ctx);
+  mole_model_params mp = *params;
+  if (mp.n_threads < 0 || mp.n_threads > 1024) return mole_errorf(MOLE_ERR_ARG, "threads: %d is out of range", mp.n_threads);
+  if (mp.n_threads == 0) mp.n_threads = dist_default_threads();
+  mp.offload.expert_budget = 0;
+  mp.offload.expert_budget_frac = 0;
+  mole_model *m;
+  mole_status st = model_load(path, &mp, NULL, &m);
+  if (st) return st;
+  const model_hparams *hp = &m->hp;
+  if (hp->n_expert == 0) {
+    model_free(m);
+    return mole_errorf(MOLE_ERR_ARG, "%s: plan --disagg: a dense model (no routed experts)", path);
+  }
+  dg_profile p = {0};
+  experts_mem_info mi;
+  experts_mem_probe(NULL, &mi);
+  p.mem_bytes = mi.available > 0 ? (double)mi.available : 0;
+  // batch sizes: 1, 2, 4, .. up to max_seqs (a sequence per token in decode)
+  for (int64_t b = 1; p.nb < PB_MAX; b *= 2) {
+    p.b[p.nb++] = MOLE_MIN(b, max_seqs);
+    if (b >= max_seqs) break;
+  }
+  const int64_t bmax = p.b[p.nb - 1], K = hp->n_expert_used;
+  // rows: 1, 2, 4, .. up to every token's every choice reaching one rank
+  for (int64_t r = 1; p.nr < PR_MAX; r *= 2) {
+    p.r[p.nr++] = MOLE_MIN(r, bmax * K);
+    if (r >= bmax * K) break;
+  }
+  for (int E = 1; E <= N && p.nx < PX_MAX; E++) {
+    const int64_t x = hp->n_expert / E;
+    bool seen = false;
+    for (int i = 0; i < p.nx; i++) seen = seen || p.x[i] == x;
+    if (!seen && x >= 1) p.x[p.nx++] = x;
+  }
+  // the attention side: bmax caches at context ctx (contents do not change the time)
+  model_kv **kvs = mole_calloc((size_t)bmax, sizeof *kvs);
+  model_scratch *s = NULL, *xs = NULL;
+  const int64_t rmax = p.r[p.nr - 1];
+  float *lg = mole_malloc((size_t)(bmax * hp->n_vocab) * sizeof(float));
+  int64_t *idx = mole_malloc((size_t)(bmax * K) * sizeof *idx);
+  float *xbuf = mole_calloc((size_t)(2 * rmax * hp->n_embd), sizeof(float));
+  const float **xin = mole_malloc((size_t)rmax * sizeof *xin);
+  float **xout = mole_malloc((size_t)rmax * sizeof *xout);
+  int32_t *sel = mole_malloc((size_t)rmax * sizeof *sel);
+  float *w = mole_malloc((size_t)rmax * sizeof *w);
+  uint8_t *done = mole_malloc((size_t)rmax);
+  if (!kvs || !lg || !idx || !xbuf || !xin || !xout || !sel || !w || !done) st = mole_errorf(MOLE_ERR_NOMEM, "plan: out of memory");
+  for (int64_t i = 0; i < bmax && !st; i++)
+    st = kv_new(hp->n_layer, ctx + 2, hp->n_head_kv * hp->head_dim, hp->n_head_kv * hp->head_dim_v, QT_F16, &kvs[i]);
+  if (!st) st = model_scratch_new(m, bmax, ctx + 2, &s);
+  if (!st) st = model_scratch_new(m, rmax, 1, &xs);
+  double kv_seq = 0;
+  if (!st) {
+    kv_seq = (double)kv_bytes(kvs[0]);
+    for (int64_t i = 0; i < rmax; i++) {
+      float *xi = xbuf + i * hp->n_embd;
+      for (int64_t j = 0; j < hp->n_embd; j++) xi[j] = (float)((i * 31 + j * 17) % 97) / 97.0f - 0.5f;
+      xin[i] = xi;
+      xout[i] = xbuf + (rmax + i) * hp->n_embd;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);  // every rank profiles at once: the times include what they take from each other
+    double rest;
+    time_attn(m, 1, ctx, kvs, s, lg, idx, &rest);  // warm-up
+    for (int i = 0; i < p.nb; i++) p.ta[i] = time_attn(m, p.b[i], ctx, kvs, s, lg, idx, &p.tr[i]);
+    for (int xi = 0; xi < p.nx; xi++)
+      for (int ri = 0; ri < p.nr; ri++) p.te[xi][ri] = time_experts(m, p.r[ri], p.x[xi], xs, xin, xout, sel, w, done);
+    profile_link(rank, N, &p);
+  }
+  // every rank's figures: the slowest rank's times, the least memory
+  int ok = !st, all_ok = 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (all_ok) {
+    MPI_Allreduce(MPI_IN_PLACE, p.ta, PB_MAX, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, p.tr, PB_MAX, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, p.te, PX_MAX * PR_MAX, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &p.mem_bytes, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Bcast(&p.lat_s, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    MPI_Bcast(&p.bw_bps, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  } else if (!st) {
+    st = mole_errorf(MOLE_ERR_INTERNAL, "plan --disagg: another rank failed to profile");
+  }
+  // weights: the routed experts' bytes, the rest
+  double we = 0, wall = 0;
+  for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
+    const gguf_tensor *t = gguf_tensor_at(m->gguf, i);
+    wall += (double)t->size;
+    if (strstr(t->name, "_exps.")) we += (double)t->size;
+  }
+  const double wa = wall - we;
+  if (!st && rank == 0) {
+    // candidates: every split, m = 1..4, ping-pong on and off, B = the profiled batch sizes
+    dg_plan best = {0}, cand[2048];
+    int nc = 0;
+    for (int A = 1; A <= N; A++) {
+      const int E = A == N ? N : N - A;
+      for (int mm = 1; mm <= 4; mm++)
+        for (int pp = 0; pp < 2; pp++) {
+          if (A == N && pp) continue;  // co-located: no ping-pong between sides
+          for (int bi = 0; bi < p.nb && nc < 2048; bi++) {
+            dg_plan q = {.A = A, .E = E, .m = mm, .B = p.b[bi], .ping_pong = pp == 1};
+            if (q.B < (int64_t)A * mm || hp->n_expert / E < 1) continue;
+            predict(&p, hp, N, ctx, wa, we, kv_seq, &q);
+            cand[nc++] = q;
+            const bool ok_lat = max_tpot_ms <= 0 || 1e3 * q.pass_s <= max_tpot_ms;
+            if (q.fits && ok_lat && q.tps_rank > best.tps_rank) best = q;
+          }
+        }
+    }
+    FILE *f = out ? fopen(out, "w") : stdout;
+    if (!f) {
+      st = mole_errorf(MOLE_ERR_IO, "plan: cannot write '%s'", out);
+    } else if (best.A == 0) {
+      st = mole_errorf(MOLE_ERR_NOMEM, "plan --disagg: no split of %d processes meets %.1f ms per token within %.0f MiB per rank",
+                       N, max_tpot_ms, p.mem_bytes / 1048576.0);
+    } else {
+      fprintf(f, "{\"disagg\": true, \"ranks\": %d, \"ctx\": %lld, \"max_tpot_ms\": %.3f, \"pick\": ", N, (long long)ctx,
+              max_tpot_ms);
+      plan_json(f, &best, N);
+      fprintf(f, ",\n \"profile\": {\"batch\": [");
+      for (int i = 0; i < p.nb; i++)
+        fprintf(f, "%s[%lld, %.4f, %.4f]", i ? ", " : "", (long long)p.b[i], 1e3 * p.ta[i], 1e3 * p.tr[i]);
+      fprintf(f, "], \"experts\": [");
+      for (int xi = 0; xi < p.nx; xi++) {
+        fprintf(f, "%s{\"experts\": %lld, \"rows_ms\": [", xi ? ", " : "", (long long)p.x[xi]);
+        for (int ri = 0; ri < p.nr; ri++) fprintf(f, "%s[%lld, %.4f]", ri ? ", " : "", (long long)p.r[ri], 1e3 * p.te[xi][ri]);
+        fprintf(f, "]}");
+      }
+      fprintf(f, "], \"link_latency_us\": %.2f, \"link_gbs\": %.3f, \"mem_bytes\": %.0f, \"note\": \"batch: [sequences, ms per layer, ms per pass outside the layers]; experts: ms per layer\"},\n \"candidates\": [\n",
+              1e6 * p.lat_s, p.bw_bps / 1e9, p.mem_bytes);
+      for (int i = 0; i < nc; i++) {
+        fprintf(f, "  ");
+        plan_json(f, &cand[i], N);
+        fprintf(f, "%s\n", i + 1 < nc ? "," : "");
+      }
+      fprintf(f, "]}\n");
+      if (out) fclose(f);
+      const dg_plan *q = &best;
+      fprintf(stderr,
+              "mole plan --disagg: %d ranks: %s, %d micro-batches%s, %lld sequences: predicted %.2f ms per token, "
+              "%.1f tokens/s (%.1f per rank)\n",
+              N, q->A == N ? "co-located" : "", q->m, q->A == N ? "" : (q->ping_pong ? " ping-pong" : " one after another"),
+              (long long)q->B, 1e3 * q->pass_s, q->tps, q->tps_rank);
+      if (q->A != N) fprintf(stderr, "mole plan --disagg: run with --disagg attn=%d,expert=%d --micro-batches %d%s\n", q->A, q->E, q->m, q->ping_pong ? "" : " --no-ping-pong");
+      else fprintf(stderr, "mole plan --disagg: run with --disagg colocated --micro-batches %d\n", q->m);
+    }
+  }
+  for (int64_t i = 0; kvs && i < bmax; i++) kv_free(kvs[i]);
+  mole_free(kvs);
+  model_scratch_free(s);
+  model_scratch_free(xs);
+  mole_free(lg);
+  mole_free(idx);
+  mole_free(xbuf);
+  mole_free(xin);
+  mole_free(xout);
+  mole_free(sel);
+  mole_free(w);
+  mole_free(done);
+  model_free(m);
+  int st0 = st;
+  MPI_Bcast(&st0, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (st0 && !st) st = mole_errorf((mole_status)st0, "plan --disagg: rank 0 failed");
+  return st;
+}
