@@ -10,7 +10,7 @@
 # each, the throughput `mole plan --disagg` predicts from its profile, and the
 # plan's own pick. Then the same at N = 2 with each process in its own
 # network namespace, joined by veth links limited with tc tbf (1 Gbit/s,
-# 100 Mbit/s), Open MPI over TCP. Needs root (netns, tc) for that part.
+# 100 Mbit/s), Open MPI over TCP (64-token prompts there). Needs root (netns, tc) for that part.
 # Every run in bench/out/disagg-runs.tsv, the table in bench/out/disagg.txt,
 # a plot in bench/out/disagg.png.
 set -euo pipefail
@@ -90,14 +90,14 @@ table() {  # link N
   pick=$(python3 -c '
 import json, sys
 p = json.load(open(sys.argv[1]))["pick"]
-if p["colocated"]:
-    print("" if p["micro_batches"] == 1 else "--disagg colocated --micro-batches %d" % p["micro_batches"])
-elif p["attn"] == int(sys.argv[2]) and (p["ping_pong"] or p["micro_batches"] == 2):
-    print("")
-else:
-    print("--disagg attn=%d,expert=%d --micro-batches %d%s" % (p["attn"], p["expert"], p["micro_batches"], "" if p["ping_pong"] else " --no-ping-pong"))
-' "$plan" "$a")
-  [ -z "$pick" ] || bench1 "$link" "$n" "plan's pick" "$plan" $pick
+a, seqs = int(sys.argv[2]), int(sys.argv[3])
+shown = p["seqs"] == seqs and ((p["colocated"] and p["micro_batches"] == 1) or
+        (not p["colocated"] and p["attn"] == a and (p["ping_pong"] or p["micro_batches"] == 2)))
+if not shown:
+    f = "--disagg colocated" if p["colocated"] else "--disagg attn=%d,expert=%d" % (p["attn"], p["expert"])
+    print("%s --micro-batches %d%s --seqs %d" % (f, p["micro_batches"], "" if p["ping_pong"] or p["colocated"] else " --no-ping-pong", p["seqs"]))
+' "$plan" "$a" "$SEQS")
+  [ -z "$pick" ] || bench1 "$link" "$n" "plan's pick (${pick#--disagg })" "$plan" $pick
 }
 
 WRAP=()
@@ -142,7 +142,8 @@ EOF
       ip netns exec "moledg_ns$r" tc qdisc del dev "moledg_p$r" root 2> /dev/null || true
       ip netns exec "moledg_ns$r" tc qdisc add dev "moledg_p$r" root tbf rate "$link" burst 256kb latency 200ms
     done
-    table "$link" 2
+    # prompts cross the slow link too (untimed): shorter ones there
+    PP=${NET_PP:-64} REPS=${NET_REPS:-2} table "$link" 2
   done
 else
   echo "bench/disagg: not root or no tc: the network-namespace part skipped" >&2
@@ -151,7 +152,8 @@ fi
 python3 - "$runs" << 'PY' | tee "$OUT/disagg.txt"
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
-print("16 sequences decoding together; tokens/s in all, ms per output token, idle share of each side's pass;")
+print("sequences decoding together (16 unless the plan's pick says otherwise); tokens/s in all, ms per output token,")
+print("idle share of each side's pass (waiting for the other side, and for logits to reach rank 0);")
 print("predicted: mole plan --disagg's model for the same flags (its pick marked *)")
 print("%-8s %2s %-34s %9s %8s %9s %11s %10s %7s" % ("link", "N", "configuration", "tokens/s", "ms/token", "attn idle",
       "expert idle", "predicted", "pred/meas"))

@@ -510,7 +510,9 @@ static mole_status root_forward(void *v, model_scratch *s, const model_seg *segs
   if (!lrq) return mole_errorf(MOLE_ERR_NOMEM, "out of memory");  // (MPI_Abort would be kinder; never seen)
   d->step_tokens = n;
   mole_status st = run_pass(d, n_local);
-  dg_wait(d, lrq, (int)nl, false);
+  const double t0 = now_s();
+  dg_wait(d, lrq, (int)nl, false);  // (counted as waiting, and as part of the pass)
+  d->st.pass_s += now_s() - t0;
   mole_free(lrq);
   return st;
 }
@@ -613,8 +615,11 @@ static mole_status worker(void *v) {
       if (!g->logits) continue;
       const int64_t rows = g->all_logits ? g->n : 1;
       MPI_Request lr;
+      const double t0 = now_s();
       MPI_Isend(g->logits, (int)(rows * V), MPI_FLOAT, 0, TAG_LOGITS, d->comm, &lr);
       dist_wait_for(&lr, 1, DIST_NAP_PASS_US);
+      d->st.pass_s += now_s() - t0;  // the pass ends when the root has them
+      d->st.wait_s += now_s() - t0;
       d->st.bytes_sent += rows * V * 4;
     }
   }

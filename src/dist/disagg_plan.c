@@ -17,6 +17,9 @@
 //   ping-pong:  pass = L max(m T_a(b), m T_e(r, X/E), T_a + T_e + 2 T_c) + R
 //   without:    pass = L m (T_a(b) + T_e(r, X/E) + 2 T_c) + R
 //   co-located: pass = L m (T_a(B/(N m)) + T_e(B k/(N m), X/N) + 2 T_c) + R
+// plus the other attention ranks' logits to rank 0 over its link. With more
+// processes than cores (profiled all busy), sides that take turns get the
+// cores of the waiting side.
 // (a micro-batch comes back for its next layer a round trip later at the
 // earliest; R: the pass outside the layers, embeddings and logits, at B/A).
 // (T_c of the b k rows one attention rank sends, each way). Time per output
@@ -27,6 +30,7 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dist/dist.h"
 #include "dist/dist_internal.h"
@@ -163,7 +167,7 @@ static double te_of(const dg_profile *p, int64_t x, double rows) {
   return 0;
 }
 
-static void predict(const dg_profile *p, const model_hparams *hp, int N, int64_t ctx, double wa, double we,
+static void predict(const dg_profile *p, const model_hparams *hp, int N, int cores, double wa, double we,
                     double kv_seq, dg_plan *q) {
   const bool coloc = q->A == N && q->E == N;
   const double k = (double)hp->n_expert_used, L = (double)hp->n_layer, row = (hp->n_embd + 2) * 4.0;
@@ -173,12 +177,19 @@ static void predict(const dg_profile *p, const model_hparams *hp, int N, int64_t
   const int64_t xr = hp->n_expert / q->E;
   const double te = te_of(p, xr, q->A * b * k / q->E);
   const double tc = p->lat_s + b * k / q->E * row / p->bw_bps;
+  // the other attention ranks' logits to rank 0 (where sampling is), over its link
+  const double logits = (double)q->B * (q->A - 1) / q->A * (double)hp->n_vocab * 4 / p->bw_bps;
+  // The profile ran with every process busy at once; with more processes
+  // than cores, a side that waits for the other leaves its core to it: when
+  // the sides take turns (no ping-pong, or one micro-batch), the busy side's
+  // times shrink by that share.
+  const bool turns = !coloc && (!q->ping_pong || q->m == 1);
+  const double share = N > cores && turns ? (double)MOLE_MAX(MOLE_MAX(q->A, q->E), cores) / N : 1.0;
   // a micro-batch is back for its next layer after a round trip at the earliest
-  if (coloc || !q->ping_pong)
-    q->pass_s = L * q->m * (ta + te + 2 * tc) + rest;
+  if (coloc || turns)
+    q->pass_s = L * q->m * (share * (ta + te) + 2 * tc) + share * rest + logits;
   else
-    q->pass_s = L * MOLE_MAX(q->m * MOLE_MAX(ta, te), ta + te + 2 * tc) + rest;
-  (void)ctx;
+    q->pass_s = L * MOLE_MAX(q->m * MOLE_MAX(ta, te), ta + te + 2 * tc) + rest + logits;
   q->tps = (double)q->B / q->pass_s;
   q->tps_rank = q->tps / N;
   q->mem_attn = wa + kv_seq * ceil((double)q->B / q->A) + (coloc ? we / N : 0);
@@ -291,6 +302,17 @@ mole_status mole_disagg_plan(const char *path, const mole_model_params *params, 
     if (strstr(t->name, "_exps.")) we += (double)t->size;
   }
   const double wa = wall - we;
+  // cores of the machine per process when they share one (the smallest node)
+  int cores = (int)sysconf(_SC_NPROCESSORS_ONLN), here = 1;
+  {
+    MPI_Comm node;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+      MPI_Comm_size(node, &here);
+      MPI_Comm_free(&node);
+    }
+    cores = MOLE_MAX(cores, 1) * N / here;  // as if every node were this one: N processes on `cores` in all
+    MPI_Allreduce(MPI_IN_PLACE, &cores, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  }
   if (!st && rank == 0) {
     // candidates: every split, m = 1..4, ping-pong on and off, B = the profiled batch sizes
     dg_plan best = {0}, cand[2048];
@@ -303,7 +325,7 @@ mole_status mole_disagg_plan(const char *path, const mole_model_params *params, 
           for (int bi = 0; bi < p.nb && nc < 2048; bi++) {
             dg_plan q = {.A = A, .E = E, .m = mm, .B = p.b[bi], .ping_pong = pp == 1};
             if (q.B < (int64_t)A * mm || hp->n_expert / E < 1) continue;
-            predict(&p, hp, N, ctx, wa, we, kv_seq, &q);
+            predict(&p, hp, N, cores, wa, we, kv_seq, &q);
             cand[nc++] = q;
             const bool ok_lat = max_tpot_ms <= 0 || 1e3 * q.pass_s <= max_tpot_ms;
             if (q.fits && ok_lat && q.tps_rank > best.tps_rank) best = q;
