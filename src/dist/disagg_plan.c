@@ -9,8 +9,9 @@
 //           the output projection), the routed experts left out; per layer;
 //   T_e(r, x)  one layer's routed experts on r rows spread over x experts
 //           (model_experts_rows), for the x = X/E of every E;
-//   T_c(s)  ranks 0 and N-1 ping-pong messages of s bytes: latency +
-//           s / bandwidth, fitted.
+//   T_c(s)  latency + s / bandwidth: the bandwidth of 1 MiB messages
+//           between ranks 0 and N-1, the latency of every rank exchanging a
+//           small message with every other at once, waiting as a pass does.
 // For every split (A attention + E expert ranks, or all co-located), number
 // of micro-batches m and batch size B (sequences), with b = B / (A m)
 // tokens per micro-batch, r = A b k / E rows reaching an expert rank:
@@ -54,9 +55,10 @@ typedef struct {
   double mem_bytes;
 } dg_profile;
 
-static double median3(double a, double b, double c) {
-  return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
-}
+// Each time is a mean over at least PROFILE_MIN_S of repetitions (and 3):
+// processes sharing cores run in scheduler slices of milliseconds, which a
+// few short repetitions would sample at random.
+#define PROFILE_MIN_S 0.05
 
 // One attention-side decode pass of b sequences at context ctx: per layer,
 // and the rest (embeddings, KV commits, logits) in *rest.
@@ -70,8 +72,9 @@ static double time_attn(mole_model *m, int64_t b, int64_t ctx, model_kv **kvs, m
     segs[i] = (model_seg){kvs[i], &tok[i], 1, ctx, lg + i * hp->n_vocab, false};
   }
   for (int64_t i = 0; i < b * hp->n_expert_used; i++) idx[i] = -1;
-  double t[3], e[3];
-  for (int rep = 0; rep < 3; rep++) {
+  double t = 0, e = 0;
+  int reps = 0;
+  for (const double start = MPI_Wtime(); reps < 3 || MPI_Wtime() - start < PROFILE_MIN_S; reps++) {
     const double t0 = MPI_Wtime();
     mole_status st = model_step_begin(m, s, segs, b);
     MOLE_ASSERT(st == MOLE_OK);
@@ -84,11 +87,11 @@ static double time_attn(mole_model *m, int64_t b, int64_t ctx, model_kv **kvs, m
     const double t2 = MPI_Wtime();
     st = model_step_end(m, s, segs, b);
     MOLE_ASSERT(st == MOLE_OK);
-    t[rep] = (t2 - t1) / (double)hp->n_layer;
-    e[rep] = (t1 - t0) + (MPI_Wtime() - t2);
+    t += (t2 - t1) / (double)hp->n_layer;
+    e += (t1 - t0) + (MPI_Wtime() - t2);
   }
-  *rest = median3(e[0], e[1], e[2]);
-  return median3(t[0], t[1], t[2]);
+  *rest = e / reps;
+  return t / reps;
 }
 
 // One layer's routed experts on r rows over experts [0, x), per layer.
@@ -101,45 +104,60 @@ static double time_experts(mole_model *m, int64_t r, int64_t x, model_scratch *s
     sel[i] = (int32_t)(q % (uint64_t)x);
     w[i] = 0.5f;
   }
-  double t[3];
-  for (int rep = 0; rep < 3; rep++) {
-    const double t0 = MPI_Wtime();
+  int reps = 0;
+  const double start = MPI_Wtime();
+  for (; reps < 3 || MPI_Wtime() - start < PROFILE_MIN_S; reps++)
     for (int64_t il = 0; il < hp->n_layer; il++) {
       mole_status st = model_experts_rows(m, s, il, r, xin, sel, w, xout, done);
       MOLE_ASSERT(st == MOLE_OK);
     }
-    t[rep] = (MPI_Wtime() - t0) / (double)hp->n_layer;
-  }
-  return median3(t[0], t[1], t[2]);
+  return (MPI_Wtime() - start) / reps / (double)hp->n_layer;
 }
 
-// Ranks 0 and N-1: round trips of 1 KiB and 1 MiB, half each, fitted.
+// The link: ranks 0 and N-1 ping-pong 1 MiB messages (bandwidth); then every
+// rank exchanges 4 KiB with every other at once, waiting as a pass waits
+// (napping), the latency of one such exchange: with more processes than
+// cores it includes waiting for the others to be scheduled.
 static void profile_link(int rank, int size, dg_profile *p) {
+  enum { BIG = 1 << 20, SMALL = 4 << 10 };
+  char *buf = mole_calloc(BIG, 1), *sb = mole_calloc((size_t)size * SMALL, 1), *rb = mole_calloc((size_t)size * SMALL, 1);
+  MPI_Request *rq = mole_malloc((size_t)(2 * size) * sizeof *rq);
+  MOLE_ASSERT(buf && sb && rb && rq);
   const int peer = rank == 0 ? size - 1 : 0;
-  const int sizes[2] = {1 << 10, 1 << 20};
-  double t[2] = {0, 0};
-  char *buf = mole_calloc(1 << 20, 1);
-  MOLE_ASSERT(buf);
   MPI_Barrier(MPI_COMM_WORLD);
-  for (int k = 0; k < 2; k++) {
-    const int reps = k ? 8 : 64;
-    double best = 1e30;
-    for (int r = 0; r < reps; r++) {
-      const double t0 = MPI_Wtime();
-      if (rank == 0) {
-        MPI_Send(buf, sizes[k], MPI_BYTE, peer, 77, MPI_COMM_WORLD);
-        MPI_Recv(buf, sizes[k], MPI_BYTE, peer, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      } else if (rank == size - 1) {
-        MPI_Recv(buf, sizes[k], MPI_BYTE, peer, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        MPI_Send(buf, sizes[k], MPI_BYTE, peer, 77, MPI_COMM_WORLD);
-      }
-      best = MOLE_MIN(best, (MPI_Wtime() - t0) / 2);
+  double best = 1e30;
+  for (int r = 0; r < 8; r++) {
+    const double t0 = MPI_Wtime();
+    if (rank == 0) {
+      MPI_Send(buf, BIG, MPI_BYTE, peer, 77, MPI_COMM_WORLD);
+      MPI_Recv(buf, BIG, MPI_BYTE, peer, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else if (rank == size - 1) {
+      MPI_Recv(buf, BIG, MPI_BYTE, peer, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      MPI_Send(buf, BIG, MPI_BYTE, peer, 77, MPI_COMM_WORLD);
     }
-    t[k] = best;
+    best = MOLE_MIN(best, (MPI_Wtime() - t0) / 2);
   }
+  p->bw_bps = BIG / MOLE_MAX(best, 1e-9);
+  MPI_Barrier(MPI_COMM_WORLD);
+  int reps = 0;
+  const double start = MPI_Wtime();
+  for (int go = 1; go; reps++) {
+    int n = 0;
+    for (int q = 0; q < size; q++) {
+      if (q == rank) continue;
+      MPI_Irecv(rb + (size_t)q * SMALL, SMALL, MPI_BYTE, q, 78, MPI_COMM_WORLD, &rq[n++]);
+      MPI_Isend(sb + (size_t)q * SMALL, SMALL, MPI_BYTE, q, 78, MPI_COMM_WORLD, &rq[n++]);
+    }
+    dist_wait_for(rq, n, DIST_NAP_PASS_US);
+    // the same count of exchanges on every rank: rank 0 says when to stop
+    go = reps < 20 || MPI_Wtime() - start < 0.05;
+    MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  }
+  p->lat_s = MOLE_MAX((MPI_Wtime() - start) / reps - (double)SMALL / p->bw_bps, 0);
   mole_free(buf);
-  p->bw_bps = (double)(sizes[1] - sizes[0]) / MOLE_MAX(t[1] - t[0], 1e-9);
-  p->lat_s = MOLE_MAX(t[0] - sizes[0] / p->bw_bps, 0);
+  mole_free(sb);
+  mole_free(rb);
+  mole_free(rq);
 }
 
 // Linear interpolation of y over sorted x (clamped, extrapolated linearly above).
@@ -361,10 +379,13 @@ mole_status mole_disagg_plan(const char *path, const mole_model_params *params, 
       fprintf(f, "]}\n");
       if (out) fclose(f);
       const dg_plan *q = &best;
+      char split[64];
+      if (q->A == N) snprintf(split, sizeof split, "co-located");
+      else snprintf(split, sizeof split, "%d attention + %d expert", q->A, q->E);
       fprintf(stderr,
               "mole plan --disagg: %d ranks: %s, %d micro-batches%s, %lld sequences: predicted %.2f ms per token, "
               "%.1f tokens/s (%.1f per rank)\n",
-              N, q->A == N ? "co-located" : "", q->m, q->A == N ? "" : (q->ping_pong ? " ping-pong" : " one after another"),
+              N, split, q->m, q->A == N ? "" : (q->ping_pong ? " ping-pong" : " one after another"),
               (long long)q->B, 1e3 * q->pass_s, q->tps, q->tps_rank);
       if (q->A != N) fprintf(stderr, "mole plan --disagg: run with --disagg attn=%d,expert=%d --micro-batches %d%s\n", q->A, q->E, q->m, q->ping_pong ? "" : " --no-ping-pong");
       else fprintf(stderr, "mole plan --disagg: run with --disagg colocated --micro-batches %d\n", q->m);
