@@ -160,6 +160,47 @@ static void profile_link(int rank, int size, dg_profile *p) {
   mole_free(rq);
 }
 
+// What an exchange costs inside a pass, where every rank computes between
+// exchanges: rounds of one layer's experts on a few rows, then every rank
+// exchanging with every other, against the same rounds without the
+// exchanges. With more processes than cores, a rank that waits for one
+// preempted by another process pays a scheduler slice; p->lat_s becomes the
+// larger of the two latencies.
+static void profile_sync(mole_model *m, int rank, int size, model_scratch *xs, const float *const *xin,
+                         float *const *xout, int32_t *sel, float *w, uint8_t *done, int64_t rows, dg_profile *p) {
+  enum { SMALL = 4 << 10 };
+  char *sb = mole_calloc((size_t)size * SMALL, 1), *rb = mole_calloc((size_t)size * SMALL, 1);
+  MPI_Request *rq = mole_malloc((size_t)(2 * size) * sizeof *rq);
+  MOLE_ASSERT(sb && rb && rq);
+  for (int64_t i = 0; i < rows; i++) sel[i] = (int32_t)(i % m->hp.n_expert), w[i] = 0.5f;
+  double t[2];
+  int reps[2] = {0, 0};
+  for (int with = 0; with < 2; with++) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double start = MPI_Wtime();
+    for (int go = 1; go; reps[with]++) {
+      mole_status st = model_experts_rows(m, xs, reps[with] % m->hp.n_layer, rows, xin, sel, w, xout, done);
+      MOLE_ASSERT(st == MOLE_OK);
+      if (with) {
+        int n = 0;
+        for (int q = 0; q < size; q++) {
+          if (q == rank) continue;
+          MPI_Irecv(rb + (size_t)q * SMALL, SMALL, MPI_BYTE, q, 79, MPI_COMM_WORLD, &rq[n++]);
+          MPI_Isend(sb + (size_t)q * SMALL, SMALL, MPI_BYTE, q, 79, MPI_COMM_WORLD, &rq[n++]);
+        }
+        dist_wait_for(rq, n, DIST_NAP_PASS_US);
+      }
+      go = reps[with] < 20 || MPI_Wtime() - start < 0.1;
+      if (with) MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    }
+    t[with] = (MPI_Wtime() - start) / reps[with];
+  }
+  p->lat_s = MOLE_MAX(p->lat_s, t[1] - t[0]);
+  mole_free(sb);
+  mole_free(rb);
+  mole_free(rq);
+}
+
 // Linear interpolation of y over sorted x (clamped, extrapolated linearly above).
 static double interp(const int64_t *xs, const double *ys, int n, double x) {
   if (x <= xs[0]) return ys[0] * MOLE_MAX(x, 0.0) / (double)xs[0] + (x > 0 ? 0 : 0);
@@ -298,6 +339,7 @@ mole_status mole_disagg_plan(const char *path, const mole_model_params *params, 
     for (int xi = 0; xi < p.nx; xi++)
       for (int ri = 0; ri < p.nr; ri++) p.te[xi][ri] = time_experts(m, p.r[ri], p.x[xi], xs, xin, xout, sel, w, done);
     profile_link(rank, N, &p);
+    profile_sync(m, rank, N, xs, xin, xout, sel, w, done, MOLE_MIN(rmax, 8), &p);
   }
   // every rank's figures: the slowest rank's times, the least memory
   int ok = !st, all_ok = 0;
