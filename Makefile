@@ -4,7 +4,7 @@ BUILD ?= build
 CMAKE_FLAGS ?=
 DEMO ?= eval-model/mole-eval-moe-q8_0.gguf
 
-.PHONY: all deps build test test-release test-asan fuzz run bench bench-compress bench-kv bench-disagg clean eval-model
+.PHONY: all deps build test test-release test-asan test-arm64 fuzz run bench bench-compress bench-kv bench-disagg clean eval-model
 
 all: build
 
@@ -21,6 +21,7 @@ test: deps
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	@$(MAKE) --no-print-directory test-asan
 	@$(MAKE) --no-print-directory fuzz
+	@$(MAKE) --no-print-directory test-arm64
 
 test-asan:
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMOLE_SANITIZE=ON -DMOLE_WERROR=ON >/dev/null
@@ -29,6 +30,16 @@ test-asan:
 
 fuzz:
 	@bash scripts/fuzz.sh
+
+# ARM64: cross-compiled with Debian's aarch64 gcc (NEON + dotprod kernels), the
+# unit tests and the conformance suite run under qemu-aarch64. One process only
+# (no arm64 Open MPI beside the host's); the CLI scripts need a native mole.
+test-arm64:
+	@bash scripts/deps-arm64.sh
+	@cmake -S . -B build-arm64 -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DMOLE_MPI=OFF \
+	  -DCMAKE_BUILD_TYPE=Release $(if $(CI),-DMOLE_WERROR=ON) >/dev/null
+	@cmake --build build-arm64 -j $(JOBS) -- --no-print-directory
+	cd build-arm64 && ctest --output-on-failure -j $(JOBS)
 
 run: deps
 	@$(MAKE) --no-print-directory build
@@ -62,4 +73,4 @@ eval-model:
 	@bash scripts/train/run.sh
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz build-arm64

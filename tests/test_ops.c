@@ -18,7 +18,7 @@ static void test_expf_poly(void **st) {
 
 static void test_swiglu_simd_vs_ref(void **st) {
   (void)st;
-  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512dq")) skip();
+  if (!ops_have_simd()) skip();
   uint64_t rs = 7;
   const int64_t sizes[] = {1, 15, 16, 17, 31, 33, 96, 1408, 3583};
   for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
@@ -29,7 +29,7 @@ static void test_swiglu_simd_vs_ref(void **st) {
       u[i] = tu_rand_uniform(&rs, -3, 3);
     }
     ops_swiglu_ref(a, g, u, n);
-    ops_swiglu_avx512(b, g, u, n);
+    ops_swiglu_simd(b, g, u, n);
     assert_memory_equal(a, b, (size_t)n * sizeof(float));
     for (int64_t i = 0; i < n; i++) {
       const float want = g[i] / (1.0f + expf(-g[i])) * u[i];
@@ -40,7 +40,7 @@ static void test_swiglu_simd_vs_ref(void **st) {
 
 static void test_axpy_simd_vs_ref(void **st) {
   (void)st;
-  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512dq")) skip();
+  if (!ops_have_simd()) skip();
   uint64_t rs = 11;
   const int64_t sizes[] = {0, 1, 7, 15, 16, 17, 31, 33, 128, 1023, 1025};
   for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
@@ -52,7 +52,7 @@ static void test_axpy_simd_vs_ref(void **st) {
     }
     const float w = tu_rand_uniform(&rs, -2, 2);
     ops_axpy_ref(a, v, w, n);
-    ops_axpy_avx512(b, v, w, n);
+    ops_axpy_simd(b, v, w, n);
     assert_memory_equal(a, b, sizeof a);  // past n untouched too
     ops_axpy(b, v, w, n);
     ops_axpy_ref(a, v, w, n);
@@ -78,10 +78,10 @@ static void test_pv_simd_vs_ref(void **st) {
       assert_memory_equal(a, b, sizeof a);
       ops_pv(c, p, V, n, d);
       assert_memory_equal(a, c, sizeof a);  // past d untouched too
-      if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")) {
+      if (ops_have_simd()) {
         for (int64_t i = 0; i < 140; i++) c[i] = b[i];
         for (int64_t i = 0; i < n; i++) ops_axpy_ref(b, V + i * d, p[i], d);
-        ops_pv_avx512(c, p, V, n, d);
+        ops_pv_simd(c, p, V, n, d);
         assert_memory_equal(b, c, sizeof b);
       }
     }

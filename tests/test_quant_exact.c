@@ -1,4 +1,4 @@
-// quant_exact: the llama.cpp-order kernels. The AVX-512 twins against the
+// quant_exact: the llama.cpp-order kernels. The SIMD twins (AVX-512, NEON) against the
 // scalar references bit for bit on random data at awkward sizes (every tile
 // edge), the choice of order per op, and golden hashes of outputs that
 // llama.cpp's CPU backend computed on the same inputs (mul_mat / mul_mat_id
@@ -89,7 +89,7 @@ static void gen_wrow(uint64_t *s, quant_type t, int64_t k, void *row) {
 
 static quant_type vec_type(quant_type t) { return quant_traits_ref(t)->vec_dot_type; }
 
-static bool have_simd(void) { return quant_force_isa(99) >= 2; }
+static bool have_simd(void) { return quant_force_isa(99) >= QUANT_ISA_EXACT_SIMD; }
 
 static uint32_t fbits(float f) {
   uint32_t u;
@@ -190,7 +190,7 @@ static void test_dot_twins(void **st) {
         gen_xrows(&s, t, k, 1, x, 0);
         float a = -1, b = -2;
         quant_exact_dot_ref(o, k, &a, w, x);
-        quant_exact_dot_avx512(o, k, &b, w, x);
+        quant_exact_dot_simd(o, k, &b, w, x);
         if (fbits(a) != fbits(b)) fail_msg("order %d k %lld: ref %.9g simd %.9g", (int)o, (long long)k, a, b);
       }
       mole_aligned_free(w);
@@ -211,7 +211,7 @@ static void check_tile(uint64_t *s, qx_order o, quant_type t, int64_t k, int64_t
   gen_xrows(s, t, k, n, X, xstride);
   for (int64_t e = 0; e < ldy * n; e++) Y0[e] = Y1[e] = -7.0f;
   quant_exact_tile_ref(o, W, wstride, X, xstride, Y0, ldy, i0, i1, j0, j1, k);
-  quant_exact_tile_avx512(o, W, wstride, X, xstride, Y1, ldy, i0, i1, j0, j1, k);
+  quant_exact_tile_simd(o, W, wstride, X, xstride, Y1, ldy, i0, i1, j0, j1, k);
   for (int64_t j = 0; j < n; j++)
     for (int64_t i = 0; i < ldy; i++) {
       const float a = Y0[j * ldy + i], b = Y1[j * ldy + i];
@@ -262,7 +262,7 @@ static void test_gemm_split(void **st) {
       {QT_Q4_0, 20, 5, 64, {.n_rows = 20, .expert = false}},  {QT_BF16, 8, 5, 96, {.n_rows = 8, .expert = false}},   {QT_BF16, 8, 1, 96, {.n_rows = 8, .expert = false}},
       {QT_F32, 9, 3, 80, {.n_rows = 9, .expert = false}},     {QT_F16, 8, 4, 48, {.n_rows = 8, .expert = true}},     {QT_Q6_K, 9, 3, 256, {.n_rows = 0, .expert = false}},
   };
-  for (int lvl = 0; lvl <= 2; lvl += 2) {
+  for (int lvl = 0; lvl <= QUANT_ISA_EXACT_SIMD; lvl += QUANT_ISA_EXACT_SIMD) {
     quant_force_isa(lvl);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
       const quant_type t = cases[c].t;
@@ -384,13 +384,13 @@ static void test_r16_tiles(void **st) {
       for (int64_t e = 0; e < ldy * n; e++) Y0[e] = Y1[e] = Y2[e] = -7.0f;
       quant_exact_tile_ref(o, W, rb, X, xstride, Y0, ldy, i0, i1, 0, n, k);
       quant_exact_tile_r16_ref(o, t, R, rows, X, xstride, Y1, ldy, i0, i1, 0, n, k);
-      if (simd) quant_exact_tile_r16_avx512(o, t, R, rows, X, xstride, Y2, ldy, i0, i1, 0, n, k);
+      if (simd) quant_exact_tile_r16_simd(o, t, R, rows, X, xstride, Y2, ldy, i0, i1, 0, n, k);
       for (int64_t e = 0; e < ldy * n; e++) {
         if (fbits(Y0[e]) != fbits(Y1[e]))
           fail_msg("order %d rows %lld n %lld: r16 ref Y[%lld] %.9g vs rows %.9g", (int)o, (long long)rows, (long long)n,
                    (long long)e, Y1[e], Y0[e]);
         if (simd && fbits(Y0[e]) != fbits(Y2[e]))
-          fail_msg("order %d rows %lld [%lld,%lld) n %lld k %lld: r16 avx512 Y[%lld][%lld] %.9g vs ref %.9g", (int)o,
+          fail_msg("order %d rows %lld [%lld,%lld) n %lld k %lld: r16 simd Y[%lld][%lld] %.9g vs ref %.9g", (int)o,
                    (long long)rows, (long long)i0, (long long)i1, (long long)n, (long long)k, (long long)(e / ldy),
                    (long long)(e % ldy), Y2[e], Y0[e]);
       }
@@ -416,7 +416,7 @@ static void test_r16_gemm(void **st) {
   } cases[] = {{QT_Q4_0, 40, 1, 64, false}, {QT_Q4_0, 40, 7, 64, true}, {QT_Q8_0, 37, 3, 96, false},
                {QT_Q4_K, 24, 7, 512, false}, {QT_Q4_K, 24, 2, 256, true}, {QT_Q8_0, 48, 6, 32, true},
                {QT_Q6_K, 37, 3, 512, false}, {QT_Q6_K, 16, 1, 256, true}};
-  for (int lvl = 0; lvl <= 2; lvl++) {
+  for (int lvl = 0; lvl <= QUANT_ISA_TOP; lvl++) {
     quant_force_isa(lvl);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
       const quant_type t = cases[c].t;
@@ -474,7 +474,8 @@ static uint64_t fnv(const float *y, int64_t n) {
 
 static void test_golden(void **st) {
   (void)st;
-  for (int lvl = 0; lvl <= 2; lvl += 2) {
+  // the scalar twins, then this architecture's SIMD ones (AVX-512 or NEON)
+  for (int lvl = 0; lvl <= QUANT_ISA_EXACT_SIMD; lvl += QUANT_ISA_EXACT_SIMD) {
     quant_force_isa(lvl);
     for (size_t c = 0; c < sizeof k_golden / sizeof k_golden[0]; c++) {
       const golden_case *g = &k_golden[c];

@@ -53,10 +53,10 @@ void mole_log_quiet(void) { mole_log_set_level(MOLE_LOG_ERROR); }
 
 mole_status mole_isa_check(const char *name) {
   const int want = quant_isa_from_name(name);
-  if (want < 0) return mole_errorf(MOLE_ERR_ARG, "MOLE_ISA='%s' is not avx512, avx2 or scalar", name);
+  if (want < 0) return mole_errorf(MOLE_ERR_ARG, "MOLE_ISA='%s' is not one of %s", name, QUANT_ISA_NAMES);
   if (want > quant_cpu_isa())
     return mole_errorf(MOLE_ERR_ARG, "MOLE_ISA=%s: this CPU does not have it (its best is %s)", name,
-                       quant_cpu_isa() == 2 ? "avx512" : quant_cpu_isa() == 1 ? "avx2" : "scalar");
+                       quant_isa_level_name(quant_cpu_isa()));
   return MOLE_OK;
 }
 

@@ -64,19 +64,24 @@ void ops_swiglu_ref(float *y, const float *g, const float *u, int64_t n) {
   for (int64_t i = nb; i < n; i++) y[i] = (g[i] / (1.0f + expf(-g[i]))) * u[i];
 }
 
-static _Atomic int g_ops_avx512 = -1;  // set by the first caller (pool workers race to it with the same value)
+static _Atomic int g_ops_simd = -1;  // set by the first caller (pool workers race to it with the same value)
 
-static bool have_avx512(void) {
-  if (g_ops_avx512 < 0) g_ops_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-  return g_ops_avx512;
+// AVX-512 F/DQ on x86-64; NEON on ARM64 where the quant kernels run it (v8.2)
+bool ops_have_simd(void) {
+#if defined(__aarch64__)
+  if (g_ops_simd < 0) g_ops_simd = quant_cpu_isa() >= QUANT_ISA_NEON;
+#else
+  if (g_ops_simd < 0) g_ops_simd = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+#endif
+  return g_ops_simd;
 }
 
 void ops_swiglu(float *y, const float *g, const float *u, int64_t n) {
-  if (have_avx512()) {
-    ops_swiglu_avx512(y, g, u, n);
+  if (ops_have_simd()) {
+    ops_swiglu_simd(y, g, u, n);
     return;
   }
-  ops_swiglu_ref(y, g, u, n);  // the same bits, without AVX-512
+  ops_swiglu_ref(y, g, u, n);  // the same bits, without SIMD
 }
 
 void ops_axpy_ref(float *restrict o, const float *restrict v, float w, int64_t n) {
@@ -91,16 +96,16 @@ void ops_pv_ref(float *restrict o, const float *restrict p, const float *restric
 }
 
 void ops_pv(float *restrict o, const float *restrict p, const float *restrict V, int64_t n, int64_t d) {
-  if (have_avx512()) {
-    ops_pv_avx512(o, p, V, n, d);
+  if (ops_have_simd()) {
+    ops_pv_simd(o, p, V, n, d);
     return;
   }
   ops_pv_ref(o, p, V, n, d);
 }
 
 void ops_axpy(float *restrict o, const float *restrict v, float w, int64_t n) {
-  if (have_avx512()) {
-    ops_axpy_avx512(o, v, w, n);
+  if (ops_have_simd()) {
+    ops_axpy_simd(o, v, w, n);
     return;
   }
   ops_axpy_ref(o, v, w, n);

@@ -25,6 +25,21 @@ void ops_pv(float *restrict o, const float *restrict p, const float *restrict V,
 void ops_pv_ref(float *restrict o, const float *restrict p, const float *restrict V, int64_t n, int64_t d);
 void ops_pv_avx512(float *restrict o, const float *restrict p, const float *restrict V, int64_t n, int64_t d);
 float ops_expf_poly_ref(float x);
+// NEON twins (ARM64): the same bits as the references
+void ops_swiglu_neon(float *y, const float *g, const float *u, int64_t n);
+void ops_axpy_neon(float *restrict o, const float *restrict v, float w, int64_t n);
+void ops_pv_neon(float *restrict o, const float *restrict p, const float *restrict V, int64_t n, int64_t d);
+// This architecture's SIMD twins, and whether the CPU runs them
+#if defined(__aarch64__)
+#define ops_swiglu_simd ops_swiglu_neon
+#define ops_axpy_simd ops_axpy_neon
+#define ops_pv_simd ops_pv_neon
+#else
+#define ops_swiglu_simd ops_swiglu_avx512
+#define ops_axpy_simd ops_axpy_avx512
+#define ops_pv_simd ops_pv_avx512
+#endif
+bool ops_have_simd(void);
 // The k largest of p[0..n) in descending order (ties: the lower index):
 // their indices into sel[k] and values into w[k]. k is small (selection).
 void ops_topk(const float *p, int64_t n, int64_t k, int32_t *sel, float *w);

@@ -1,6 +1,10 @@
 // quant: the traits tables (scalar reference + active SIMD), CPU dispatch,
 // f16/bf16 scalar conversions, the matmul entry point, per-thread scratch.
 #include <pthread.h>
+#if defined(__aarch64__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -110,6 +114,25 @@ static void fill_ref(void) {
   }
 }
 
+#if defined(__aarch64__)
+static int detect_level(void) {
+  // NEON is in every ARMv8-A core; the kernels need the dot product (v8.2+)
+  const unsigned long hw = getauxval(AT_HWCAP);
+  return (hw & HWCAP_ASIMD) && (hw & HWCAP_ASIMDDP) ? QUANT_ISA_NEON : QUANT_ISA_SCALAR;
+}
+
+static bool exact_level(int level) {
+  (void)level;
+  return true;  // NEON kernels are twins of the x86 orders too
+}
+
+static void load_kernels(int level, quant_kernels *ks) {
+  if (level >= QUANT_ISA_NEON) quant_kernels_neon(ks);
+}
+
+static const char *const g_level_names[] = {"scalar", "neon"};
+static const char *const g_isa_names[] = {"scalar", "neon-dotprod"};
+#else
 static int detect_level(void) {
   __builtin_cpu_init();
   bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -125,13 +148,21 @@ static int detect_level(void) {
 // Levels whose kernels follow llama.cpp's summation orders: AVX-512, and the
 // scalar reference twins of those kernels (the same bits, slowly); AVX2 runs
 // orders of its own.
-static bool exact_level(int level) { return level != 1; }
+static bool exact_level(int level) { return level != QUANT_ISA_AVX2; }
+
+static void load_kernels(int level, quant_kernels *ks) {
+  if (level >= QUANT_ISA_AVX2) quant_kernels_avx2(ks);
+  if (level >= QUANT_ISA_AVX512) quant_kernels_avx512(ks);
+}
+
+static const char *const g_level_names[] = {"scalar", "avx2", "avx512"};
+static const char *const g_isa_names[] = {"scalar", "avx2", "avx512vnni"};
+#endif
 
 static void apply_level(int level) {
   quant_kernels ks;
   memset(&ks, 0, sizeof ks);
-  if (level >= 1) quant_kernels_avx2(&ks);
-  if (level >= 2) quant_kernels_avx512(&ks);
+  load_kernels(level, &ks);
   for (int t = 0; t < QT_COUNT; t++) {
     g_active[t] = g_ref[t];
     if (!g_ref[t].name) continue;
@@ -139,8 +170,9 @@ static void apply_level(int level) {
     if (ks.from_float[t]) g_active[t].from_float = ks.from_float[t];
     if (ks.vec_dot[t] && g_ref[t].vec_dot) g_active[t].vec_dot = ks.vec_dot[t];
     // llama.cpp's own summation order (its one-token kernels)
-    if (exact_level(level) && g_ref[t].vec_dot && quant_exact_vec_dot((quant_type)t, level >= 2))
-      g_active[t].vec_dot = quant_exact_vec_dot((quant_type)t, level >= 2);
+    const bool simd = level >= QUANT_ISA_EXACT_SIMD;
+    if (exact_level(level) && g_ref[t].vec_dot && quant_exact_vec_dot((quant_type)t, simd))
+      g_active[t].vec_dot = quant_exact_vec_dot((quant_type)t, simd);
   }
   g_gemm = ks.gemm;
   g_level = level;
@@ -148,7 +180,13 @@ static void apply_level(int level) {
 
 bool quant_r16_preferred(quant_type t, int64_t n_rows) {
   quant_init();
-  return g_level >= 2 && quant_r16_supported(t, n_rows);
+#if defined(__aarch64__)
+  (void)t;
+  (void)n_rows;
+  return false;  // no NEON R16 kernels yet: row layout
+#else
+  return g_level >= QUANT_ISA_AVX512 && quant_r16_supported(t, n_rows);
+#endif
 }
 
 int quant_level(void) {
@@ -162,24 +200,27 @@ int quant_cpu_isa(void) {
 }
 
 int quant_isa_from_name(const char *name) {
-  static const char *names[] = {"scalar", "avx2", "avx512"};
-  for (int i = 0; i < 3; i++)
-    if (name && !strcmp(name, names[i])) return i;
+  for (int i = 0; i <= QUANT_ISA_TOP; i++)
+    if (name && !strcmp(name, g_level_names[i])) return i;
   return -1;
+}
+
+const char *quant_isa_level_name(int level) {
+  return level >= 0 && level <= QUANT_ISA_TOP ? g_level_names[level] : "?";
 }
 
 static void init_once(void) {
   fill_ref();
   g_cpu_level = detect_level();
   int level = g_cpu_level;
-  // MOLE_ISA=avx512|avx2|scalar: run a lower ISA's kernels on this CPU (tests, measurements)
+  // MOLE_ISA=avx512|avx2|scalar (neon|scalar on ARM64): run a lower ISA's kernels on this CPU (tests, measurements)
   const char *env = getenv("MOLE_ISA");
   if (env && *env) {
     const int want = quant_isa_from_name(env);
     if (want < 0)
-      mole_log(MOLE_LOG_WARN, "MOLE_ISA='%s' is not avx512, avx2 or scalar: ignored", env);
+      mole_log(MOLE_LOG_WARN, "MOLE_ISA='%s' is not one of %s: ignored", env, QUANT_ISA_NAMES);
     else if (want > g_cpu_level)
-      mole_log(MOLE_LOG_WARN, "MOLE_ISA=%s: this CPU lacks it, using %s", env, g_cpu_level == 1 ? "avx2" : "scalar");
+      mole_log(MOLE_LOG_WARN, "MOLE_ISA=%s: this CPU lacks it, using %s", env, g_level_names[g_cpu_level]);
     else
       level = want;
   }
@@ -198,8 +239,7 @@ int quant_force_isa(int level) {
 
 const char *quant_isa_name(void) {
   quant_init();
-  static const char *names[] = {"scalar", "avx2", "avx512vnni"};
-  return names[g_level];
+  return g_isa_names[g_level];
 }
 
 const quant_traits *quant_traits_of(quant_type t) {

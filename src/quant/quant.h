@@ -48,14 +48,26 @@ typedef struct quant_traits {
   quant_vec_dot_fn vec_dot;        // s = dot(x, y); NULL when not a weight type
 } quant_traits;
 
-void quant_init(void);                      // idempotent; picks kernels from CPUID
-const char *quant_isa_name(void);           // "avx512vnni", "avx2", "scalar"
-// 0 scalar, 1 avx2, 2 avx512 for the names MOLE_ISA takes; -1 otherwise.
+// ISA levels, each with the kernels of the ones below it, per architecture.
+// QUANT_ISA_EXACT_SIMD: the level whose SIMD kernels follow llama.cpp's
+// summation orders (quant_exact.h).
+#if defined(__aarch64__)
+enum { QUANT_ISA_SCALAR = 0, QUANT_ISA_NEON = 1, QUANT_ISA_TOP = 1, QUANT_ISA_EXACT_SIMD = QUANT_ISA_NEON };
+#define QUANT_ISA_NAMES "neon, scalar"
+#else
+enum { QUANT_ISA_SCALAR = 0, QUANT_ISA_AVX2 = 1, QUANT_ISA_AVX512 = 2, QUANT_ISA_TOP = 2,
+       QUANT_ISA_EXACT_SIMD = QUANT_ISA_AVX512 };
+#define QUANT_ISA_NAMES "avx512, avx2, scalar"
+#endif
+
+void quant_init(void);                      // idempotent; picks kernels from CPUID / HWCAP
+const char *quant_isa_name(void);           // "avx512vnni", "avx2", "neon-dotprod", "scalar"
+// The level of a name MOLE_ISA takes (QUANT_ISA_NAMES); -1 otherwise.
 // quant_init honours MOLE_ISA (lower levels only).
 int quant_isa_from_name(const char *name);
-int quant_cpu_isa(void);  // the best level this CPU has (0, 1, 2)
-// Force the ISA level (tests): 0 scalar, 1 avx2, 2 avx512. Returns the level set
-// (clamped to what the CPU has).
+const char *quant_isa_level_name(int level);  // the MOLE_ISA name of a level
+int quant_cpu_isa(void);  // the best level this CPU has
+// Force the ISA level (tests). Returns the level set (clamped to what the CPU has).
 int quant_force_isa(int level);
 const quant_traits *quant_traits_of(quant_type t);   // NULL when unknown
 const quant_traits *quant_traits_ref(quant_type t);  // scalar reference twins

@@ -344,7 +344,7 @@ void quant_exact_tile_ref(qx_order o, const void *W, size_t wstride, const void 
 
 // ---- entry points ----------------------------------------------------------------------------
 
-bool quant_exact_have_avx512(void) { return strcmp(quant_isa_name(), "avx512vnni") == 0; }
+bool quant_exact_have_simd(void) { return quant_level() == QUANT_ISA_EXACT_SIMD; }
 
 // The order of token j of a matmul over n_tok tokens: as in a mul_mat of its
 // own segment's tokens (op->seg_ends) when the tokens are several sequences'.
@@ -363,7 +363,7 @@ static qx_order token_order(quant_type wt, const qx_op *op, int64_t n_tok, int64
 bool quant_exact_gemm(quant_type wt, const qx_op *op, quant_layout lay, const void *W, size_t wstride, const void *X,
                       size_t xstride, float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k) {
   if (quant_exact_order(wt, op, n_tok, 0, k) == QX_NONE) return false;
-  const bool simd = quant_exact_have_avx512();
+  const bool simd = quant_exact_have_simd();
   // QL_R16: the groups in [i0, g_end), the tail rows after it in row layout
   const int64_t g_end = lay == QL_R16 ? MOLE_MIN(i1, op->n_rows / 16 * 16) : i0;
   // tokens in runs of one order (q4_K: the gemm tokens, then the gemv ones)
@@ -373,14 +373,14 @@ bool quant_exact_gemm(quant_type wt, const qx_op *op, quant_layout lay, const vo
     while (j1 < n_tok && token_order(wt, op, n_tok, j1, k) == o) j1++;
     if (g_end > i0) {
       if (simd)
-        quant_exact_tile_r16_avx512(o, wt, W, op->n_rows, X, xstride, Y, ldy, i0, g_end, j0, j1, k);
+        quant_exact_tile_r16_simd(o, wt, W, op->n_rows, X, xstride, Y, ldy, i0, g_end, j0, j1, k);
       else
         quant_exact_tile_r16_ref(o, wt, W, op->n_rows, X, xstride, Y, ldy, i0, g_end, j0, j1, k);
     }
     const int64_t r0 = MOLE_MAX(i0, g_end);
     if (r0 < i1) {
       if (simd)
-        quant_exact_tile_avx512(o, W, wstride, X, xstride, Y, ldy, r0, i1, j0, j1, k);
+        quant_exact_tile_simd(o, W, wstride, X, xstride, Y, ldy, r0, i1, j0, j1, k);
       else
         quant_exact_tile_ref(o, W, wstride, X, xstride, Y, ldy, r0, i1, j0, j1, k);
     }
@@ -401,26 +401,26 @@ VD(vd_q6_K_ref, QX_Q6_K_K8, quant_exact_dot_ref)
 VD(vd_f32_ref, QX_F32_VEC, quant_exact_dot_ref)
 VD(vd_f16_ref, QX_F16_VEC, quant_exact_dot_ref)
 VD(vd_bf16_ref, QX_BF16_VEC, quant_exact_dot_ref)
-VD(vd_q8_0_simd, QX_Q8_0, quant_exact_dot_avx512)
-VD(vd_q4_0_simd, QX_Q4_0_C1, quant_exact_dot_avx512)
-VD(vd_q4_K_simd, QX_Q4_K_V256, quant_exact_dot_avx512)
-VD(vd_q5_K_simd, QX_Q5_K_K8, quant_exact_dot_avx512)
-VD(vd_q6_K_simd, QX_Q6_K_K8, quant_exact_dot_avx512)
-VD(vd_f32_simd, QX_F32_VEC, quant_exact_dot_avx512)
-VD(vd_f16_simd, QX_F16_VEC, quant_exact_dot_avx512)
-VD(vd_bf16_simd, QX_BF16_VEC, quant_exact_dot_avx512)
+VD(vd_q8_0_simd, QX_Q8_0, quant_exact_dot_simd)
+VD(vd_q4_0_simd, QX_Q4_0_C1, quant_exact_dot_simd)
+VD(vd_q4_K_simd, QX_Q4_K_V256, quant_exact_dot_simd)
+VD(vd_q5_K_simd, QX_Q5_K_K8, quant_exact_dot_simd)
+VD(vd_q6_K_simd, QX_Q6_K_K8, quant_exact_dot_simd)
+VD(vd_f32_simd, QX_F32_VEC, quant_exact_dot_simd)
+VD(vd_f16_simd, QX_F16_VEC, quant_exact_dot_simd)
+VD(vd_bf16_simd, QX_BF16_VEC, quant_exact_dot_simd)
 #undef VD
 
-quant_vec_dot_fn quant_exact_vec_dot(quant_type wt, bool avx512) {
+quant_vec_dot_fn quant_exact_vec_dot(quant_type wt, bool simd) {
   switch (wt) {
-    case QT_Q8_0: return avx512 ? vd_q8_0_simd : vd_q8_0_ref;
-    case QT_Q4_0: return avx512 ? vd_q4_0_simd : vd_q4_0_ref;
-    case QT_Q4_K: return avx512 ? vd_q4_K_simd : vd_q4_K_ref;
-    case QT_Q5_K: return avx512 ? vd_q5_K_simd : vd_q5_K_ref;
-    case QT_Q6_K: return avx512 ? vd_q6_K_simd : vd_q6_K_ref;
-    case QT_F32: return avx512 ? vd_f32_simd : vd_f32_ref;
-    case QT_F16: return avx512 ? vd_f16_simd : vd_f16_ref;
-    case QT_BF16: return avx512 ? vd_bf16_simd : vd_bf16_ref;
+    case QT_Q8_0: return simd ? vd_q8_0_simd : vd_q8_0_ref;
+    case QT_Q4_0: return simd ? vd_q4_0_simd : vd_q4_0_ref;
+    case QT_Q4_K: return simd ? vd_q4_K_simd : vd_q4_K_ref;
+    case QT_Q5_K: return simd ? vd_q5_K_simd : vd_q5_K_ref;
+    case QT_Q6_K: return simd ? vd_q6_K_simd : vd_q6_K_ref;
+    case QT_F32: return simd ? vd_f32_simd : vd_f32_ref;
+    case QT_F16: return simd ? vd_f16_simd : vd_f16_ref;
+    case QT_BF16: return simd ? vd_bf16_simd : vd_bf16_ref;
     default: return NULL;
   }
 }

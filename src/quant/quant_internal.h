@@ -180,6 +180,7 @@ int quant_level(void);
 
 void quant_kernels_avx2(quant_kernels *ks);
 void quant_kernels_avx512(quant_kernels *ks);
+void quant_kernels_neon(quant_kernels *ks);
 bool quant_gemm_avx512(quant_type wt, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
                        int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k);
 

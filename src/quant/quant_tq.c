@@ -400,19 +400,27 @@ void quant_tq2_gemm_ref(const void *W, int64_t n_rows, const float *X, size_t xs
 
 void quant_tq1_gemm(const tq_book *b, const void *W, int64_t n_rows, const float *X, size_t xstride, float *Y,
                     int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k) {
+#if !defined(__aarch64__)
   const int lv = quant_level();
-  if (lv >= 2)
+  if (lv >= QUANT_ISA_AVX512) {
     quant_tq1_gemm_avx512(b, W, n_rows, X, xstride, Y, ldy, i0, i1, n_tok, k);
-  else if (lv == 1)
+    return;
+  }
+  if (lv == QUANT_ISA_AVX2) {
     quant_tq1_gemm_avx2(b, W, n_rows, X, xstride, Y, ldy, i0, i1, n_tok, k);
-  else
-    quant_tq1_gemm_ref(b, W, n_rows, X, xstride, Y, ldy, i0, i1, n_tok, k);
+    return;
+  }
+#endif
+  quant_tq1_gemm_ref(b, W, n_rows, X, xstride, Y, ldy, i0, i1, n_tok, k);
 }
 
 void quant_tq2_gemm(const void *W, int64_t n_rows, const float *X, size_t xstride, float *Y, int64_t ldy, int64_t i0,
                     int64_t i1, int64_t n_tok, int64_t k) {
-  if (quant_level() >= 2)
+#if !defined(__aarch64__)
+  if (quant_level() >= QUANT_ISA_AVX512) {
     quant_tq2_gemm_avx512(W, n_rows, X, xstride, Y, ldy, i0, i1, n_tok, k);
-  else
-    quant_tq2_gemm_ref(W, n_rows, X, xstride, Y, ldy, i0, i1, n_tok, k);
+    return;
+  }
+#endif
+  quant_tq2_gemm_ref(W, n_rows, X, xstride, Y, ldy, i0, i1, n_tok, k);
 }
