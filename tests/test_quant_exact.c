@@ -91,6 +91,9 @@ static quant_type vec_type(quant_type t) { return quant_traits_ref(t)->vec_dot_t
 
 static bool have_simd(void) { return quant_force_isa(99) >= QUANT_ISA_EXACT_SIMD; }
 
+// the SIMD levels this CPU runs (AVX2, AVX-512; NEON): each one's twins are checked
+static int top_level(void) { return quant_force_isa(99); }
+
 static uint32_t fbits(float f) {
   uint32_t u;
   memcpy(&u, &f, 4);
@@ -122,7 +125,7 @@ static void test_orders(void **st) {
   assert_int_equal(quant_exact_order(QT_BF16, &dense, 5, 0, 48), QX_BF16_VEC);
   assert_int_equal(quant_exact_order(QT_BF16, &dense, 5, 0, 64), QX_BF16_T32);
   assert_int_equal(quant_exact_order(QT_Q4_1, &dense, 5, 0, 64), QX_NONE);
-  assert_null(quant_exact_vec_dot(QT_Q4_1, false));
+  assert_null(quant_exact_vec_dot(QT_Q4_1, 0));
 }
 
 // ---- SIMD twins vs references --------------------------------------------------------------
@@ -175,7 +178,7 @@ static void gen_xrows(uint64_t *s, quant_type t, int64_t k, int64_t n, char *X, 
 
 static void test_dot_twins(void **st) {
   (void)st;
-  if (!have_simd()) skip();
+  if (top_level() == 0) skip();
   uint64_t s = 11;
   for (size_t oi = 0; oi < N_ORDERS; oi++) {
     const qx_order o = k_orders[oi].o;
@@ -190,8 +193,11 @@ static void test_dot_twins(void **st) {
         gen_xrows(&s, t, k, 1, x, 0);
         float a = -1, b = -2;
         quant_exact_dot_ref(o, k, &a, w, x);
-        quant_exact_dot_simd(o, k, &b, w, x);
-        if (fbits(a) != fbits(b)) fail_msg("order %d k %lld: ref %.9g simd %.9g", (int)o, (long long)k, a, b);
+        for (int lvl = 1; lvl <= top_level(); lvl++) {
+          quant_exact_dot_of(lvl)(o, k, &b, w, x);
+          if (fbits(a) != fbits(b))
+            fail_msg("order %d k %lld: ref %.9g %s %.9g", (int)o, (long long)k, a, quant_isa_level_name(lvl), b);
+        }
       }
       mole_aligned_free(w);
       mole_aligned_free(x);
@@ -209,9 +215,11 @@ static void check_tile(uint64_t *s, qx_order o, quant_type t, int64_t k, int64_t
   float *Y0 = tu_xalloc(sizeof(float) * (size_t)(ldy * n)), *Y1 = tu_xalloc(sizeof(float) * (size_t)(ldy * n));
   for (int64_t i = 0; i < rows; i++) gen_wrow(s, t, k, W + (size_t)i * wstride);
   gen_xrows(s, t, k, n, X, xstride);
-  for (int64_t e = 0; e < ldy * n; e++) Y0[e] = Y1[e] = -7.0f;
+  for (int64_t e = 0; e < ldy * n; e++) Y0[e] = -7.0f;
   quant_exact_tile_ref(o, W, wstride, X, xstride, Y0, ldy, i0, i1, j0, j1, k);
-  quant_exact_tile_simd(o, W, wstride, X, xstride, Y1, ldy, i0, i1, j0, j1, k);
+  for (int lvl = 1; lvl <= top_level(); lvl++) {
+  for (int64_t e = 0; e < ldy * n; e++) Y1[e] = -7.0f;
+  quant_exact_tile_of(lvl)(o, W, wstride, X, xstride, Y1, ldy, i0, i1, j0, j1, k);
   for (int64_t j = 0; j < n; j++)
     for (int64_t i = 0; i < ldy; i++) {
       const float a = Y0[j * ldy + i], b = Y1[j * ldy + i];
@@ -219,10 +227,11 @@ static void check_tile(uint64_t *s, qx_order o, quant_type t, int64_t k, int64_t
       if (!in && (a != -7.0f || b != -7.0f)) fail_msg("order %d: wrote outside the tile at [%lld][%lld]", (int)o,
                                                       (long long)j, (long long)i);
       if (fbits(a) != fbits(b))
-        fail_msg("order %d k %lld rows [%lld,%lld) tok [%lld,%lld): Y[%lld][%lld] ref %.9g simd %.9g", (int)o,
+        fail_msg("order %d k %lld rows [%lld,%lld) tok [%lld,%lld): Y[%lld][%lld] ref %.9g %s %.9g", (int)o,
                  (long long)k, (long long)i0, (long long)i1, (long long)j0, (long long)j1, (long long)j, (long long)i,
-                 a, b);
+                 a, quant_isa_level_name(lvl), b);
     }
+  }
   mole_aligned_free(W);
   mole_aligned_free(X);
   mole_aligned_free(Y0);
@@ -231,7 +240,7 @@ static void check_tile(uint64_t *s, qx_order o, quant_type t, int64_t k, int64_t
 
 static void test_tile_twins(void **st) {
   (void)st;
-  if (!have_simd()) skip();
+  if (top_level() == 0) skip();
   uint64_t s = 23;
   for (size_t oi = 0; oi < N_ORDERS; oi++) {
     const qx_order o = k_orders[oi].o;
@@ -262,7 +271,7 @@ static void test_gemm_split(void **st) {
       {QT_Q4_0, 20, 5, 64, {.n_rows = 20, .expert = false}},  {QT_BF16, 8, 5, 96, {.n_rows = 8, .expert = false}},   {QT_BF16, 8, 1, 96, {.n_rows = 8, .expert = false}},
       {QT_F32, 9, 3, 80, {.n_rows = 9, .expert = false}},     {QT_F16, 8, 4, 48, {.n_rows = 8, .expert = true}},     {QT_Q6_K, 9, 3, 256, {.n_rows = 0, .expert = false}},
   };
-  for (int lvl = 0; lvl <= QUANT_ISA_EXACT_SIMD; lvl += QUANT_ISA_EXACT_SIMD) {
+  for (int lvl = 0; lvl <= top_level(); lvl++) {
     quant_force_isa(lvl);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
       const quant_type t = cases[c].t;
@@ -284,9 +293,9 @@ static void test_gemm_split(void **st) {
         }
       // per-type vec_dot: the one-token order (rows taken as a multiple of 8)
       const qx_op one = {.n_rows = 0, .expert = false};
-      for (int simd = 0; simd <= (have_simd() ? 1 : 0); simd++) {
+      for (int lv = 0; lv <= top_level(); lv++) {
         float a, r;
-        quant_exact_vec_dot(t, simd)(k, &a, W, X);
+        quant_exact_vec_dot(t, lv)(k, &a, W, X);
         quant_exact_dot_ref(quant_exact_order(t, &one, 1, 0, k), k, &r, W, X);
         assert_int_equal(fbits(a), fbits(r));
       }
@@ -474,8 +483,8 @@ static uint64_t fnv(const float *y, int64_t n) {
 
 static void test_golden(void **st) {
   (void)st;
-  // the scalar twins, then this architecture's SIMD ones (AVX-512 or NEON)
-  for (int lvl = 0; lvl <= QUANT_ISA_EXACT_SIMD; lvl += QUANT_ISA_EXACT_SIMD) {
+  // the scalar twins, then every SIMD level this CPU runs (AVX2, AVX-512; NEON)
+  for (int lvl = 0; lvl <= top_level(); lvl++) {
     quant_force_isa(lvl);
     for (size_t c = 0; c < sizeof k_golden / sizeof k_golden[0]; c++) {
       const golden_case *g = &k_golden[c];

@@ -121,11 +121,6 @@ static int detect_level(void) {
   return (hw & HWCAP_ASIMD) && (hw & HWCAP_ASIMDDP) ? QUANT_ISA_NEON : QUANT_ISA_SCALAR;
 }
 
-static bool exact_level(int level) {
-  (void)level;
-  return true;  // NEON kernels are twins of the x86 orders too
-}
-
 static void load_kernels(int level, quant_kernels *ks) {
   if (level >= QUANT_ISA_NEON) quant_kernels_neon(ks);
 }
@@ -145,10 +140,6 @@ static int detect_level(void) {
   return avx512 ? 2 : 1;
 }
 
-// Levels whose kernels follow llama.cpp's summation orders: AVX-512, and the
-// scalar reference twins of those kernels (the same bits, slowly); AVX2 runs
-// orders of its own.
-static bool exact_level(int level) { return level != QUANT_ISA_AVX2; }
 
 static void load_kernels(int level, quant_kernels *ks) {
   if (level >= QUANT_ISA_AVX2) quant_kernels_avx2(ks);
@@ -169,10 +160,10 @@ static void apply_level(int level) {
     if (ks.to_float[t]) g_active[t].to_float = ks.to_float[t];
     if (ks.from_float[t]) g_active[t].from_float = ks.from_float[t];
     if (ks.vec_dot[t] && g_ref[t].vec_dot) g_active[t].vec_dot = ks.vec_dot[t];
-    // llama.cpp's own summation order (its one-token kernels)
-    const bool simd = level >= QUANT_ISA_EXACT_SIMD;
-    if (exact_level(level) && g_ref[t].vec_dot && quant_exact_vec_dot((quant_type)t, simd))
-      g_active[t].vec_dot = quant_exact_vec_dot((quant_type)t, simd);
+    // llama.cpp's own summation order (its one-token kernels), at every level:
+    // the AVX-512, AVX2 and NEON kernels are twins of the scalar references
+    if (g_ref[t].vec_dot && quant_exact_vec_dot((quant_type)t, level))
+      g_active[t].vec_dot = quant_exact_vec_dot((quant_type)t, level);
   }
   g_gemm = ks.gemm;
   g_level = level;
@@ -307,11 +298,11 @@ void quant_gemm_op(quant_type wt, quant_layout lay, const void *W, size_t wstrid
     const int64_t n_rows = op->n_rows;
     MOLE_ASSERT(quant_r16_supported(wt, n_rows) && wstride == quant_row_size(wt, k) && i1 <= n_rows);
     MOLE_ASSERT(i0 % 16 == 0 || i0 >= n_rows / 16 * 16);
-    if (g_level >= 2 && quant_exact_gemm(wt, op, lay, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k)) return;
+    if (g_level == QUANT_ISA_EXACT_SIMD && quant_exact_gemm(wt, op, lay, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k)) return;
     gemm_r16_rows(wt, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k, op);
     return;
   }
-  if (exact_level(g_level) && quant_exact_gemm(wt, op, lay, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k)) return;
+  if (quant_exact_gemm(wt, op, lay, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k)) return;
   if (g_gemm && g_gemm(wt, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k)) return;
   // vec_dot loops over 16-row panels: the panel stays in cache across tokens
   const char *w = W, *x = X;

@@ -80,6 +80,11 @@ void quant_exact_tile_r16_avx512(qx_order o, quant_type t, const void *W, int64_
 bool quant_exact_gemm(quant_type wt, const qx_op *op, quant_layout lay, const void *W, size_t wstride, const void *X, size_t xstride,
                       float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k);
 
+// AVX2 (+FMA, F16C) twins: the same bits on x86-64 without AVX-512.
+void quant_exact_dot_avx2(qx_order o, int64_t k, float *s, const void *w, const void *x);
+void quant_exact_tile_avx2(qx_order o, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
+                           int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k);
+
 // NEON (ARMv8.2 dotprod) twins of the same orders: the same bits on ARM64.
 // Orders without a NEON kernel run the scalar reference inside them.
 void quant_exact_dot_neon(qx_order o, int64_t k, float *s, const void *w, const void *x);
@@ -98,10 +103,17 @@ void quant_exact_tile_neon(qx_order o, const void *W, size_t wstride, const void
 #define quant_exact_tile_r16_simd quant_exact_tile_r16_avx512
 #endif
 
+// The twins of an ISA level (quant.h's QUANT_ISA_*; the scalar references at 0).
+typedef void (*qx_dot_fn)(qx_order o, int64_t k, float *s, const void *w, const void *x);
+typedef void (*qx_tile_fn)(qx_order o, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
+                           int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k);
+qx_dot_fn quant_exact_dot_of(int level);
+qx_tile_fn quant_exact_tile_of(int level);
+
 // Per-type vec_dot with the one-token order (the n_tok == 1 / expert order,
-// rows assumed a multiple of 8), in the quant_vec_dot_fn signature; NULL when
-// the type has none. simd: false gives the scalar twins.
-quant_vec_dot_fn quant_exact_vec_dot(quant_type wt, bool simd);
+// rows assumed a multiple of 8) at an ISA level, in the quant_vec_dot_fn
+// signature; NULL when the type has none.
+quant_vec_dot_fn quant_exact_vec_dot(quant_type wt, int level);
 
 // Whether the level in use runs the SIMD twins (QUANT_ISA_EXACT_SIMD).
 bool quant_exact_have_simd(void);

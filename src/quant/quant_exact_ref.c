@@ -363,7 +363,9 @@ static qx_order token_order(quant_type wt, const qx_op *op, int64_t n_tok, int64
 bool quant_exact_gemm(quant_type wt, const qx_op *op, quant_layout lay, const void *W, size_t wstride, const void *X,
                       size_t xstride, float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k) {
   if (quant_exact_order(wt, op, n_tok, 0, k) == QX_NONE) return false;
-  const bool simd = quant_exact_have_simd();
+  const int level = quant_level();
+  const bool r16_simd = level == QUANT_ISA_EXACT_SIMD;  // R16 groups: AVX-512 only
+  const qx_tile_fn tile = quant_exact_tile_of(level);
   // QL_R16: the groups in [i0, g_end), the tail rows after it in row layout
   const int64_t g_end = lay == QL_R16 ? MOLE_MIN(i1, op->n_rows / 16 * 16) : i0;
   // tokens in runs of one order (q4_K: the gemm tokens, then the gemv ones)
@@ -372,55 +374,83 @@ bool quant_exact_gemm(quant_type wt, const qx_op *op, quant_layout lay, const vo
     int64_t j1 = j0 + 1;
     while (j1 < n_tok && token_order(wt, op, n_tok, j1, k) == o) j1++;
     if (g_end > i0) {
-      if (simd)
+      if (r16_simd)
         quant_exact_tile_r16_simd(o, wt, W, op->n_rows, X, xstride, Y, ldy, i0, g_end, j0, j1, k);
       else
         quant_exact_tile_r16_ref(o, wt, W, op->n_rows, X, xstride, Y, ldy, i0, g_end, j0, j1, k);
     }
     const int64_t r0 = MOLE_MAX(i0, g_end);
     if (r0 < i1) {
-      if (simd)
-        quant_exact_tile_simd(o, W, wstride, X, xstride, Y, ldy, r0, i1, j0, j1, k);
-      else
-        quant_exact_tile_ref(o, W, wstride, X, xstride, Y, ldy, r0, i1, j0, j1, k);
+      tile(o, W, wstride, X, xstride, Y, ldy, r0, i1, j0, j1, k);
     }
     j0 = j1;
   }
   return true;
 }
 
+// Per-type vec_dot in the one-token order, one set per twin set
 #define VD(name, ord, fn)                                                                        \
   static void name(int64_t n, float *restrict s, const void *restrict x, const void *restrict y) { \
     fn(ord, n, s, x, y);                                                                         \
   }
-VD(vd_q8_0_ref, QX_Q8_0, quant_exact_dot_ref)
-VD(vd_q4_0_ref, QX_Q4_0_C1, quant_exact_dot_ref)
-VD(vd_q4_K_ref, QX_Q4_K_V256, quant_exact_dot_ref)
-VD(vd_q5_K_ref, QX_Q5_K_K8, quant_exact_dot_ref)
-VD(vd_q6_K_ref, QX_Q6_K_K8, quant_exact_dot_ref)
-VD(vd_f32_ref, QX_F32_VEC, quant_exact_dot_ref)
-VD(vd_f16_ref, QX_F16_VEC, quant_exact_dot_ref)
-VD(vd_bf16_ref, QX_BF16_VEC, quant_exact_dot_ref)
-VD(vd_q8_0_simd, QX_Q8_0, quant_exact_dot_simd)
-VD(vd_q4_0_simd, QX_Q4_0_C1, quant_exact_dot_simd)
-VD(vd_q4_K_simd, QX_Q4_K_V256, quant_exact_dot_simd)
-VD(vd_q5_K_simd, QX_Q5_K_K8, quant_exact_dot_simd)
-VD(vd_q6_K_simd, QX_Q6_K_K8, quant_exact_dot_simd)
-VD(vd_f32_simd, QX_F32_VEC, quant_exact_dot_simd)
-VD(vd_f16_simd, QX_F16_VEC, quant_exact_dot_simd)
-VD(vd_bf16_simd, QX_BF16_VEC, quant_exact_dot_simd)
+#define VD_SET(sfx, fn)                         \
+  VD(vd_q8_0_##sfx, QX_Q8_0, fn)                \
+  VD(vd_q4_0_##sfx, QX_Q4_0_C1, fn)             \
+  VD(vd_q4_K_##sfx, QX_Q4_K_V256, fn)           \
+  VD(vd_q5_K_##sfx, QX_Q5_K_K8, fn)             \
+  VD(vd_q6_K_##sfx, QX_Q6_K_K8, fn)             \
+  VD(vd_f32_##sfx, QX_F32_VEC, fn)              \
+  VD(vd_f16_##sfx, QX_F16_VEC, fn)              \
+  VD(vd_bf16_##sfx, QX_BF16_VEC, fn)            \
+  static quant_vec_dot_fn vd_##sfx(quant_type wt) { \
+    switch (wt) {                               \
+      case QT_Q8_0: return vd_q8_0_##sfx;       \
+      case QT_Q4_0: return vd_q4_0_##sfx;       \
+      case QT_Q4_K: return vd_q4_K_##sfx;       \
+      case QT_Q5_K: return vd_q5_K_##sfx;       \
+      case QT_Q6_K: return vd_q6_K_##sfx;       \
+      case QT_F32: return vd_f32_##sfx;         \
+      case QT_F16: return vd_f16_##sfx;         \
+      case QT_BF16: return vd_bf16_##sfx;       \
+      default: return NULL;                     \
+    }                                           \
+  }
+VD_SET(ref, quant_exact_dot_ref)
+#if defined(__aarch64__)
+VD_SET(neon, quant_exact_dot_neon)
+#else
+VD_SET(avx2, quant_exact_dot_avx2)
+VD_SET(avx512, quant_exact_dot_avx512)
+#endif
+#undef VD_SET
 #undef VD
 
-quant_vec_dot_fn quant_exact_vec_dot(quant_type wt, bool simd) {
-  switch (wt) {
-    case QT_Q8_0: return simd ? vd_q8_0_simd : vd_q8_0_ref;
-    case QT_Q4_0: return simd ? vd_q4_0_simd : vd_q4_0_ref;
-    case QT_Q4_K: return simd ? vd_q4_K_simd : vd_q4_K_ref;
-    case QT_Q5_K: return simd ? vd_q5_K_simd : vd_q5_K_ref;
-    case QT_Q6_K: return simd ? vd_q6_K_simd : vd_q6_K_ref;
-    case QT_F32: return simd ? vd_f32_simd : vd_f32_ref;
-    case QT_F16: return simd ? vd_f16_simd : vd_f16_ref;
-    case QT_BF16: return simd ? vd_bf16_simd : vd_bf16_ref;
-    default: return NULL;
-  }
+quant_vec_dot_fn quant_exact_vec_dot(quant_type wt, int level) {
+#if defined(__aarch64__)
+  if (level >= QUANT_ISA_NEON) return vd_neon(wt);
+#else
+  if (level >= QUANT_ISA_AVX512) return vd_avx512(wt);
+  if (level == QUANT_ISA_AVX2) return vd_avx2(wt);
+#endif
+  return vd_ref(wt);
+}
+
+qx_dot_fn quant_exact_dot_of(int level) {
+#if defined(__aarch64__)
+  if (level >= QUANT_ISA_NEON) return quant_exact_dot_neon;
+#else
+  if (level >= QUANT_ISA_AVX512) return quant_exact_dot_avx512;
+  if (level == QUANT_ISA_AVX2) return quant_exact_dot_avx2;
+#endif
+  return quant_exact_dot_ref;
+}
+
+qx_tile_fn quant_exact_tile_of(int level) {
+#if defined(__aarch64__)
+  if (level >= QUANT_ISA_NEON) return quant_exact_tile_neon;
+#else
+  if (level >= QUANT_ISA_AVX512) return quant_exact_tile_avx512;
+  if (level == QUANT_ISA_AVX2) return quant_exact_tile_avx2;
+#endif
+  return quant_exact_tile_ref;
 }
