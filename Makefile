@@ -4,7 +4,7 @@ BUILD ?= build
 CMAKE_FLAGS ?=
 DEMO ?= eval-model/mole-eval-moe-q8_0.gguf
 
-.PHONY: all deps build test test-release test-asan test-arm64 fuzz run bench bench-compress bench-kv bench-disagg clean eval-model
+.PHONY: all deps build test test-release test-asan test-arm64 fuzz run bench bench-avx2 bench-compress bench-kv bench-disagg clean eval-model
 
 all: build
 
@@ -49,6 +49,12 @@ bench: deps
 	@$(MAKE) --no-print-directory build
 	@bash bench/run.sh
 	@bash bench/offload.sh
+
+# mole's AVX2 kernels (MOLE_ISA=avx2) against llama.cpp built for AVX2 only
+# (LLAMA_CPP_AVX2_DIR: -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=OFF)
+bench-avx2: deps
+	@$(MAKE) --no-print-directory build
+	@MOLE_ISA=avx2 LLAMA_CPP_DIR=$(LLAMA_CPP_AVX2_DIR) bash bench/run.sh
 
 # QMoE compression (issue 10): needs the F16 evaluation model and its corpus (make eval-model)
 bench-compress: deps

@@ -13,10 +13,16 @@
 # median of each round's mole / llama.cpp pair and the % of the floor as the
 # median of each run against the bandwidth measured just before it; every
 # run is in bench/out/decode-runs.tsv.
+#
+# MOLE_ISA=avx2 (make bench-avx2) measures mole's AVX2 kernels instead, against
+# the llama.cpp build LLAMA_CPP_DIR points at (for that table, one built for
+# AVX2 only: -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=OFF); its outputs
+# carry the suffix -avx2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MOLE=${MOLE:-build/mole}
 THREADS=${THREADS:-2}
+SFX=${MOLE_ISA:+-$MOLE_ISA}
 PP=${PP:-128}
 TG=${TG:-64}
 ROUNDS=${ROUNDS:-3}
@@ -65,18 +71,18 @@ if [ -n "$LLAMA_BIN" ] && [ -x "$LLAMA_BIN/llama-quantize" ]; then
   done
 fi
 
-runs=bench/out/decode-runs.tsv
+runs=bench/out/decode-runs$SFX.tsv
 printf "round\tmodel\tmembw_gbs\tactive_bytes\tmole_pp\tmole_tg\tllama_pp\tllama_tg\n" > "$runs"
 for r in $(seq 1 "$ROUNDS"); do
   for n in "${names[@]}"; do
     M=$MODELS/$n.gguf
     bw=$(build/bench/membw "$THREADS" 1024 1)
     J=$("$MOLE" bench -m "$M" -p "$PP" -n "$TG" -t "$THREADS" -r 1 --json)
-    echo "$J" > "bench/out/mole-$n.json"
+    echo "$J" > "bench/out/mole-$n$SFX.json"
     LJ=""
     if [ -n "$LLAMA_BIN" ]; then
-      "$LLAMA_BIN/llama-bench" -m "$M" -p "$PP" -n "$TG" -t "$THREADS" -r 1 -o json > "bench/out/llama-$n.json" 2>/dev/null
-      LJ=bench/out/llama-$n.json
+      "$LLAMA_BIN/llama-bench" -m "$M" -p "$PP" -n "$TG" -t "$THREADS" -r 1 -o json > "bench/out/llama-$n$SFX.json" 2>/dev/null
+      LJ=bench/out/llama-$n$SFX.json
     fi
     python3 - "$r" "$n" "$bw" "$J" "$LJ" >> "$runs" <<'PY'
 import json, sys
@@ -92,11 +98,13 @@ PY
   done
 done
 
-python3 - "$runs" "$cpu" "$((l3_kib / 1024))" "$THREADS" <<'PY' | tee bench/out/decode.txt
+isa=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("isa","?"))' "bench/out/mole-${names[0]}$SFX.json")
+python3 - "$runs" "$cpu" "$((l3_kib / 1024))" "$THREADS" "$isa" "${LLAMA_BIN:-none}" <<'PY' | tee bench/out/decode$SFX.txt
 import csv, statistics as st, sys
-runs, cpu, l3, th = sys.argv[1:5]
+runs, cpu, l3, th, isa, lb = sys.argv[1:7]
 rows = list(csv.DictReader(open(runs), delimiter="\t"))
 print(f"CPU {cpu}, L3 {l3} MiB, {th} threads; medians of {len(set(r['round'] for r in rows))} rounds")
+print(f"mole kernels: {isa}; llama.cpp: {lb}")
 print("%-22s %8s %8s %7s | %8s %8s %7s | %7s %8s %6s" % ("model", "mole pp", "llama pp", "ratio", "mole tg", "llama tg", "ratio",
                                                        "GB/s", "floor tg", "%floor"))
 for n in dict.fromkeys(r["model"] for r in rows):

@@ -169,8 +169,7 @@ static void run_case_with(const model_case *mc, bool use_mmap) {
 // each pass costs minutes.
 static void run_case(void **state) {
   run_case_with(*state, false);
-  const char *emu = getenv("MOLE_TEST_EMULATED");
-  if (!emu || !*emu) run_case_with(*state, true);
+  if (!tu_emulated()) run_case_with(*state, true);
 }
 
 // The f16 KV cache (the default) stays close to the f32 reference too.

@@ -706,7 +706,8 @@ static void test_roundtrip(void **state) {
   bb_free(&src_b);
 }
 
-// A 150k-entry vocabulary loads in well under 50 ms.
+// A 150k-entry vocabulary loads (its time is printed, not asserted: speed
+// is for the benchmarks; a quadratic parse would run into ctest's timeout).
 static void test_big_vocab(void **state) {
   (void)state;
   enum { N = 150000 };
@@ -737,7 +738,6 @@ static void test_big_vocab(void **state) {
     gguf_close(f);
   }
   print_message("150k-entry vocabulary opened in %.2f ms\n", (double)best / 1000.0);
-  if (!tu_asan()) assert_true(best < 25000);
   unlink(path);
   free(strs);
   free(pool);

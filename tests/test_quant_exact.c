@@ -394,6 +394,19 @@ static void test_r16_tiles(void **st) {
       quant_exact_tile_ref(o, W, rb, X, xstride, Y0, ldy, i0, i1, 0, n, k);
       quant_exact_tile_r16_ref(o, t, R, rows, X, xstride, Y1, ldy, i0, i1, 0, n, k);
       if (simd) quant_exact_tile_r16_simd(o, t, R, rows, X, xstride, Y2, ldy, i0, i1, 0, n, k);
+#if !defined(__aarch64__)
+      if (top_level() >= QUANT_ISA_AVX2) {  // the AVX2 group kernels (q4_0, q4_K; the reference otherwise)
+        float *Y3 = tu_xalloc(sizeof(float) * (size_t)(ldy * n));
+        for (int64_t e = 0; e < ldy * n; e++) Y3[e] = -7.0f;
+        quant_exact_tile_r16_avx2(o, t, R, rows, X, xstride, Y3, ldy, i0, i1, 0, n, k);
+        for (int64_t e = 0; e < ldy * n; e++)
+          if (fbits(Y0[e]) != fbits(Y3[e]))
+            fail_msg("order %d rows %lld [%lld,%lld) n %lld k %lld: r16 avx2 Y[%lld][%lld] %.9g vs ref %.9g", (int)o,
+                     (long long)rows, (long long)i0, (long long)i1, (long long)n, (long long)k, (long long)(e / ldy),
+                     (long long)(e % ldy), Y3[e], Y0[e]);
+        mole_aligned_free(Y3);
+      }
+#endif
       for (int64_t e = 0; e < ldy * n; e++) {
         if (fbits(Y0[e]) != fbits(Y1[e]))
           fail_msg("order %d rows %lld n %lld: r16 ref Y[%lld] %.9g vs rows %.9g", (int)o, (long long)rows, (long long)n,

@@ -62,3 +62,8 @@ int tu_asan(void) {
   const char *e = getenv("MOLE_ASAN");
   return e && *e == '1';
 }
+
+int tu_emulated(void) {
+  const char *e = getenv("MOLE_TEST_EMULATED");
+  return e && *e == '1';
+}

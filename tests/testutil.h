@@ -21,6 +21,8 @@ float tu_gauss(uint64_t *state);  // standard normal (Box-Muller)
 void *tu_xalloc(size_t n);
 // true under the ASan build (MOLE_ASAN=1): tests may pick smaller loads.
 int tu_asan(void);
+// 1 under an emulator (the aarch64 tests under qemu: MOLE_TEST_EMULATED=1): slower, smaller inputs
+int tu_emulated(void);
 
 // The trained evaluation model committed in eval-model/ (scripts/train, make eval-model).
 #define EVAL_MODEL_FILE "mole-eval-moe-q8_0.gguf"

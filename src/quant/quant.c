@@ -169,15 +169,21 @@ static void apply_level(int level) {
   g_level = level;
 }
 
-bool quant_r16_preferred(quant_type t, int64_t n_rows) {
-  quant_init();
+// Whether the level in use has group kernels for R16 matrices of type t:
+// AVX-512 for every R16 type; AVX2 for q4_0 and q4_K (their repack orders;
+// the lane-order types stream well from rows there); none on ARM64 yet.
+static bool r16_kernels(quant_type t) {
 #if defined(__aarch64__)
   (void)t;
-  (void)n_rows;
-  return false;  // no NEON R16 kernels yet: row layout
+  return false;
 #else
-  return g_level >= QUANT_ISA_AVX512 && quant_r16_supported(t, n_rows);
+  return g_level >= QUANT_ISA_AVX512 || (g_level == QUANT_ISA_AVX2 && (t == QT_Q4_0 || t == QT_Q4_K));
 #endif
+}
+
+bool quant_r16_preferred(quant_type t, int64_t n_rows) {
+  quant_init();
+  return quant_r16_supported(t, n_rows) && r16_kernels(t);
 }
 
 int quant_level(void) {
@@ -298,7 +304,7 @@ void quant_gemm_op(quant_type wt, quant_layout lay, const void *W, size_t wstrid
     const int64_t n_rows = op->n_rows;
     MOLE_ASSERT(quant_r16_supported(wt, n_rows) && wstride == quant_row_size(wt, k) && i1 <= n_rows);
     MOLE_ASSERT(i0 % 16 == 0 || i0 >= n_rows / 16 * 16);
-    if (g_level == QUANT_ISA_EXACT_SIMD && quant_exact_gemm(wt, op, lay, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k)) return;
+    if (r16_kernels(wt) && quant_exact_gemm(wt, op, lay, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k)) return;
     gemm_r16_rows(wt, W, wstride, X, xstride, Y, ldy, i0, i1, n_tok, k, op);
     return;
   }

@@ -85,6 +85,12 @@ void quant_exact_dot_avx2(qx_order o, int64_t k, float *s, const void *w, const 
 void quant_exact_tile_avx2(qx_order o, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
                            int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k);
 
+// R16 groups at AVX2: q4_0 (C1) and q4_K (V256, V64) have kernels (the
+// others run the reference through quant_exact_tile_r16_ref).
+bool quant_exact_r16_avx2(qx_order o);
+void quant_exact_tile_r16_avx2(qx_order o, quant_type t, const void *W, int64_t n_rows, const void *X, size_t xstride,
+                               float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k);
+
 // NEON (ARMv8.2 dotprod) twins of the same orders: the same bits on ARM64.
 // Orders without a NEON kernel run the scalar reference inside them.
 void quant_exact_dot_neon(qx_order o, int64_t k, float *s, const void *w, const void *x);

@@ -71,35 +71,72 @@ static float dot_l8(bool q4, int64_t k, const void *vw, const void *vx) {
   return hs8(acc);
 }
 
-// Q4_0_C1: acc = fma(isum, dw*dx, acc) per block; R rows at once (their fma
-// chains side by side in the lanes of one register)
-static inline __attribute__((always_inline)) void c1_rows(const int R, int64_t k, const blk_q4_0 *const *w,
-                                                          const blk_q8_0 *x, float *out) {
-  __m128 acc = _mm_setzero_ps();
+// the totals of eight lane vectors (p[i]: 8 partial sums), lane i = sum of p[i]
+static inline __m256i hsum8x8(const __m256i p[8]) {
+  const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
+  const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
+  const __m256i q0 = _mm256_hadd_epi32(h01, h23), q1 = _mm256_hadd_epi32(h45, h67);
+  // q0 = [p0 p1 p2 p3 (lanes 0-3) | p0 p1 p2 p3 (lanes 4-7)], q1 likewise for p4..p7
+  const __m128i t0 = _mm_add_epi32(_mm256_castsi256_si128(q0), _mm256_extracti128_si256(q0, 1));
+  const __m128i t1 = _mm_add_epi32(_mm256_castsi256_si128(q1), _mm256_extracti128_si256(q1, 1));
+  return _mm256_set_m128i(t1, t0);
+}
+
+// Q4_0_C1 over R rows x T tokens (R * T == 8): each (row, token) pair's
+// fma chain in one lane, pair p = t * R + r; its integer sums reduced eight at
+// a time. Y[j][i] for rows w[0..R), tokens x[0..T).
+static inline __attribute__((always_inline)) void c1_pairs(const int R, const int T, int64_t k,
+                                                           const blk_q4_0 *const *w, const blk_q8_0 *const *x,
+                                                           float *Y, int64_t ldy, int64_t i, int64_t j) {
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i ones8 = _mm256_set1_epi8(1);
   for (int64_t b = 0; b < k / 32; b++) {
-    const __m256i xv = ld32(x[b].qs);
-    // sum(q - 8) x = sum q x - 8 sum x: one maddubs on the unsigned codes
-    const int sx = hsi8(dot_us(_mm256_set1_epi8(1), xv));
-    const float dx = h2f(x[b].d);
-    int is[4] = {0};
-    float d[4] = {0};
+    __m256i xv[2], p[8];
+    for (int t = 0; t < T; t++) xv[t] = ld32(x[t][b].qs);
     for (int r = 0; r < R; r++) {
-      is[r] = hsi8(dot_us(nib32(w[r][b].qs), xv)) - 8 * sx;
-      d[r] = h2f(w[r][b].d) * dx;
+      const __m256i c = nib32(w[r][b].qs);
+      for (int t = 0; t < T; t++) p[t * R + r] = dot_us(c, xv[t]);
     }
-    const __m128 isf = _mm_cvtepi32_ps(_mm_loadu_si128((const __m128i *)is));
-    acc = _mm_fmadd_ps(isf, _mm_loadu_ps(d), acc);
+    // lane p = t * R + r: the row's scale times the token's, 8 * sum x of the token
+    __m128i dh;
+    if (R == 8)
+      dh = _mm_setr_epi16((short)w[0][b].d, (short)w[1][b].d, (short)w[2][b].d, (short)w[3][b].d, (short)w[4][b].d,
+                          (short)w[5][b].d, (short)w[6][b].d, (short)w[7][b].d);
+    else
+      dh = _mm_setr_epi16((short)w[0][b].d, (short)w[1][b].d, (short)w[2][b].d, (short)w[3][b].d, (short)w[0][b].d,
+                          (short)w[1][b].d, (short)w[2][b].d, (short)w[3][b].d);
+    const int sx0 = 8 * hsi8(dot_us(ones8, xv[0]));
+    const float dx0 = h2f(x[0][b].d);
+    __m256 dxv;
+    __m256i off;
+    if (T == 1) {
+      dxv = _mm256_set1_ps(dx0);
+      off = _mm256_set1_epi32(sx0);
+    } else {
+      dxv = _mm256_set_m128(_mm_set1_ps(h2f(x[1][b].d)), _mm_set1_ps(dx0));
+      off = _mm256_set_m128i(_mm_set1_epi32(8 * hsi8(dot_us(ones8, xv[1]))), _mm_set1_epi32(sx0));
+    }
+    const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(dh), dxv);
+    // sum(q - 8) x = sum q x - 8 sum x
+    const __m256i is = _mm256_sub_epi32(hsum8x8(p), off);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, acc);
   }
-  float a[4];
-  _mm_storeu_ps(a, acc);
-  for (int r = 0; r < R; r++) out[r] = a[r];
+  float a[8];
+  _mm256_storeu_ps(a, acc);
+  for (int t = 0; t < T; t++)
+    for (int r = 0; r < R; r++) Y[(j + t) * ldy + i + r] = a[t * R + r];
 }
 
 static float dot_q4_0_c1(int64_t k, const void *vw, const void *vx) {
-  const blk_q4_0 *w[1] = {vw};
-  float s;
-  c1_rows(1, k, w, vx, &s);
-  return s;
+  const blk_q4_0 *w = vw;
+  const blk_q8_0 *x = vx;
+  float acc = 0;  // Q4_0_C1: acc = fma(isum, dw*dx, acc) per block
+  for (int64_t b = 0; b < k / 32; b++) {
+    const __m256i xv = ld32(x[b].qs);
+    const int is = hsi8(_mm256_sub_epi32(dot_us(nib32(w[b].qs), xv), _mm256_slli_epi32(dot_us(_mm256_set1_epi8(1), xv), 3)));
+    acc = fma1((float)is, h2f(w[b].d) * h2f(x[b].d), acc);
+  }
+  return acc;
 }
 
 // the 32 codes of sub-block s of a q4_K / q5_K block
@@ -276,6 +313,139 @@ static float dot_v(bool f16, int64_t k, const void *w, const void *x) {
   return sum;
 }
 
+// ---- R16 groups (quant_r16.c's layout): lane = row, activations broadcast --------------
+// A 16-row group block is read as two halves of eight rows (the first and the
+// second 32 bytes of each 64-byte piece); no horizontal sums.
+
+static inline __m256i bcast4(const int8_t *p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// q4_0, order C1, tokens j .. j+T-1 (T <= 2) of rows r0 .. r0+15
+static inline __attribute__((always_inline)) void r16_q4_0(const int T, const uint8_t *g, int64_t nb, const void *X,
+                                                           size_t xstride, int64_t j, float *Y, int64_t ldy) {
+  const __m256i m4 = _mm256_set1_epi8(15), ones16 = _mm256_set1_epi16(1), ones8 = _mm256_set1_epi8(1);
+  __m256 acc[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
+  const blk_q8_0 *x[2];
+  for (int t = 0; t < T; t++) x[t] = (const blk_q8_0 *)((const char *)X + (size_t)(j + t) * xstride);
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *gb = g + (size_t)b * 288;
+    __m256i s[2][2] = {{_mm256_setzero_si256(), _mm256_setzero_si256()},
+                       {_mm256_setzero_si256(), _mm256_setzero_si256()}};
+    for (int c = 0; c < 4; c++)
+      for (int h = 0; h < 2; h++) {
+        const __m256i v = ld32(gb + 32 + 64 * c + 32 * h);
+        const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        for (int t = 0; t < T; t++) {  // int16 sums: 8 pairs of |15 * 127| * 2 at most
+          const __m256i a = _mm256_maddubs_epi16(lo, bcast4(x[t][b].qs + 4 * c));
+          s[t][h] = _mm256_add_epi16(s[t][h], _mm256_add_epi16(a, _mm256_maddubs_epi16(hi, bcast4(x[t][b].qs + 16 + 4 * c))));
+        }
+      }
+    const __m256 dw[2] = {_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gb)),
+                          _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16)))};
+    for (int t = 0; t < T; t++) {
+      const __m256i off = _mm256_set1_epi32(8 * hsi8(dot_us(ones8, ld32(x[t][b].qs))));
+      const __m256 dx = _mm256_set1_ps(h2f(x[t][b].d));
+      for (int h = 0; h < 2; h++) {
+        const __m256i is = _mm256_sub_epi32(_mm256_madd_epi16(s[t][h], ones16), off);
+        acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dw[h], dx), acc[t][h]);
+      }
+    }
+  }
+  for (int t = 0; t < T; t++) {
+    _mm256_storeu_ps(Y + (j + t) * ldy, acc[t][0]);
+    _mm256_storeu_ps(Y + (j + t) * ldy + 8, acc[t][1]);
+  }
+}
+
+// q4_K, orders V256 (v64 false) and V64, one token: the 6-bit scales and mins
+// of eight rows decoded lane-wise from the three dwords of their 12 bytes
+static void r16_q4k(bool v64, const uint8_t *g, int64_t nb, const blk_q8_K *x, float *y) {
+  const __m256i m4 = _mm256_set1_epi8(15), ones16 = _mm256_set1_epi16(1), m6 = _mm256_set1_epi32(63);
+  const __m256i m4d = _mm256_set1_epi32(15), m2d = _mm256_set1_epi32(3);
+  for (int h = 0; h < 2; h++) {
+    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+      const uint8_t *gb = g + (size_t)b * 2304;
+      const __m256i u0 = ld32(gb + 64 + 32 * h), u1 = ld32(gb + 128 + 32 * h), u2 = ld32(gb + 192 + 32 * h);
+      __m256i isum[8], sc[8], mn[8];
+      for (int q = 0; q < 4; q++) {
+        __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+        for (int t = 0; t < 8; t++) {  // int16 sums: 8 pairs of |15 * 127| * 2 at most
+          const __m256i v = ld32(gb + 256 + 512 * q + 64 * t + 32 * h);
+          lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(_mm256_and_si256(v, m4), bcast4(x[b].qs + 64 * q + 4 * t)));
+          hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+                                                         bcast4(x[b].qs + 64 * q + 32 + 4 * t)));
+        }
+        isum[2 * q] = _mm256_madd_epi16(lo, ones16);
+        isum[2 * q + 1] = _mm256_madd_epi16(hi, ones16);
+      }
+      for (int s4 = 0; s4 < 4; s4++) {
+        const __m128i sh = _mm_cvtsi32_si128(8 * s4), sh6 = _mm_cvtsi32_si128(8 * s4 + 6), sh4 = _mm_cvtsi32_si128(8 * s4 + 4);
+        sc[s4] = _mm256_and_si256(_mm256_srl_epi32(u0, sh), m6);
+        mn[s4] = _mm256_and_si256(_mm256_srl_epi32(u1, sh), m6);
+        sc[s4 + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi32(u2, sh), m4d),
+                                     _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(u0, sh6), m2d), 4));
+        mn[s4 + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi32(u2, sh4), m4d),
+                                     _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(u1, sh6), m2d), 4));
+      }
+      const __m256 ds = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16 * h))), _mm256_set1_ps(x[b].d));
+      const __m256 dm = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 32 + 16 * h))), _mm256_set1_ps(x[b].d));
+      const int step = v64 ? 1 : 4;
+      for (int p0 = 0; p0 < 4; p0 += step) {
+        __m256i is = _mm256_setzero_si256(), im = _mm256_setzero_si256();
+        for (int s = 2 * p0; s < 2 * (p0 + step); s++) {
+          is = _mm256_add_epi32(is, _mm256_mullo_epi32(sc[s], isum[s]));
+          im = _mm256_add_epi32(im, _mm256_mullo_epi32(mn[s], _mm256_set1_epi32(x[b].bsums[2 * s] + x[b].bsums[2 * s + 1])));
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), ds, acc);
+        accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(im), dm, accm);
+      }
+    }
+    _mm256_storeu_ps(y + 8 * h, _mm256_sub_ps(acc, accm));
+  }
+}
+
+bool quant_exact_r16_avx2(qx_order o) { return o == QX_Q4_0_C1 || o == QX_Q4_K_V256 || o == QX_Q4_K_V64; }
+
+void quant_exact_tile_r16_avx2(qx_order o, quant_type t, const void *W, int64_t n_rows, const void *X, size_t xstride,
+                               float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k) {
+  MOLE_ASSERT(i0 % 16 == 0 && i1 <= n_rows / 16 * 16);
+  if (!quant_exact_r16_avx2(o)) {  // orders without an AVX2 group kernel: the reference
+    quant_exact_tile_r16_ref(o, t, W, n_rows, X, xstride, Y, ldy, i0, i1, j0, j1, k);
+    return;
+  }
+  const size_t rb = quant_row_size(t, k);
+  const int64_t nb = k / (o == QX_Q4_0_C1 ? 32 : QK_K);
+  float y16[16];
+  for (int64_t r0 = i0; r0 < i1; r0 += 16) {
+    const uint8_t *g = (const uint8_t *)W + (size_t)r0 * rb;
+    const bool part = i1 - r0 < 16;  // a tile that ends inside the group
+    for (int64_t j = j0; j < j1;) {
+      if (o == QX_Q4_0_C1) {
+        const int T = j1 - j >= 2 ? 2 : 1;
+        if (part) {
+          r16_q4_0(1, g, nb, X, xstride, j, y16, 0);
+          memcpy(Y + j * ldy + r0, y16, (size_t)(i1 - r0) * sizeof(float));
+          j++;
+          continue;
+        }
+        if (T == 2)
+          r16_q4_0(2, g, nb, X, xstride, j, Y + r0, ldy);
+        else
+          r16_q4_0(1, g, nb, X, xstride, j, Y + r0, ldy);
+        j += T;
+      } else {
+        r16_q4k(o == QX_Q4_K_V64, g, nb, (const blk_q8_K *)((const char *)X + (size_t)j * xstride), y16);
+        memcpy(Y + j * ldy + r0, y16, (size_t)(MOLE_MIN(i1 - r0, 16)) * sizeof(float));
+        j++;
+      }
+    }
+  }
+}
+
 // ---- entry points --------------------------------------------------------------------------
 
 void quant_exact_dot_avx2(qx_order o, int64_t k, float *s, const void *w, const void *x) {
@@ -300,18 +470,32 @@ void quant_exact_tile_avx2(qx_order o, const void *W, size_t wstride, const void
                            int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k) {
   const char *wb = W, *xb = X;
   int64_t i = i0;
-  // orders whose rows are one fma chain each: four rows side by side
-  if (o == QX_Q4_0_C1 || o == QX_Q4_K_V256 || o == QX_Q4_K_V64) {
+  if (o == QX_Q4_0_C1) {  // eight (row, token) chains at once: 8 rows x 1 token, or 4 x 2
+    for (; i + 8 <= i1; i += 8) {
+      const blk_q4_0 *w[8];
+      for (int r = 0; r < 8; r++) w[r] = (const blk_q4_0 *)(wb + (size_t)(i + r) * wstride);
+      int64_t j = j0;
+      for (; j + 2 <= j1; j += 2)
+        for (int h = 0; h < 2; h++) {
+          const blk_q8_0 *x[2] = {(const blk_q8_0 *)(xb + (size_t)j * xstride),
+                                  (const blk_q8_0 *)(xb + (size_t)(j + 1) * xstride)};
+          c1_pairs(4, 2, k, w + 4 * h, x, Y, ldy, i + 4 * h, j);
+        }
+      for (; j < j1; j++) {
+        const blk_q8_0 *x[1] = {(const blk_q8_0 *)(xb + (size_t)j * xstride)};
+        c1_pairs(8, 1, k, w, x, Y, ldy, i, j);
+      }
+    }
+  }
+  // q4_K's repack orders (one fma chain a row): four rows side by side
+  if (o == QX_Q4_K_V256 || o == QX_Q4_K_V64) {
     for (; i + 4 <= i1; i += 4) {
       const void *w[4];
       for (int r = 0; r < 4; r++) w[r] = wb + (size_t)(i + r) * wstride;
       for (int64_t j = j0; j < j1; j++) {
         const void *x = xb + (size_t)j * xstride;
         float out[4];
-        if (o == QX_Q4_0_C1)
-          c1_rows(4, k, (const blk_q4_0 *const *)w, x, out);
-        else
-          q4k_rows(4, o == QX_Q4_K_V256 ? 4 : 1, k, (const blk_q4_K *const *)w, x, out);
+        q4k_rows(4, o == QX_Q4_K_V256 ? 4 : 1, k, (const blk_q4_K *const *)w, x, out);
         for (int r = 0; r < 4; r++) Y[j * ldy + i + r] = out[r];
       }
     }

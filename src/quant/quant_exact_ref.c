@@ -364,7 +364,6 @@ bool quant_exact_gemm(quant_type wt, const qx_op *op, quant_layout lay, const vo
                       size_t xstride, float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k) {
   if (quant_exact_order(wt, op, n_tok, 0, k) == QX_NONE) return false;
   const int level = quant_level();
-  const bool r16_simd = level == QUANT_ISA_EXACT_SIMD;  // R16 groups: AVX-512 only
   const qx_tile_fn tile = quant_exact_tile_of(level);
   // QL_R16: the groups in [i0, g_end), the tail rows after it in row layout
   const int64_t g_end = lay == QL_R16 ? MOLE_MIN(i1, op->n_rows / 16 * 16) : i0;
@@ -374,9 +373,13 @@ bool quant_exact_gemm(quant_type wt, const qx_op *op, quant_layout lay, const vo
     int64_t j1 = j0 + 1;
     while (j1 < n_tok && token_order(wt, op, n_tok, j1, k) == o) j1++;
     if (g_end > i0) {
-      if (r16_simd)
-        quant_exact_tile_r16_simd(o, wt, W, op->n_rows, X, xstride, Y, ldy, i0, g_end, j0, j1, k);
+#if !defined(__aarch64__)
+      if (level == QUANT_ISA_AVX512)
+        quant_exact_tile_r16_avx512(o, wt, W, op->n_rows, X, xstride, Y, ldy, i0, g_end, j0, j1, k);
+      else if (level == QUANT_ISA_AVX2)
+        quant_exact_tile_r16_avx2(o, wt, W, op->n_rows, X, xstride, Y, ldy, i0, g_end, j0, j1, k);
       else
+#endif
         quant_exact_tile_r16_ref(o, wt, W, op->n_rows, X, xstride, Y, ldy, i0, g_end, j0, j1, k);
     }
     const int64_t r0 = MOLE_MAX(i0, g_end);
