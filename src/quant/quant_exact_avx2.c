@@ -154,37 +154,38 @@ static inline __m256i k4_codes(const uint8_t *qs, const uint8_t *qh, int s) {
 static float dot_k8(bool q5, int64_t k, const void *vw, const void *vx) {
   const blk_q8_K *x = vx;
   __m256 acc = _mm256_setzero_ps();
-  float accm[4] = {0}, summs = 0;
+  __m128 accm = _mm_setzero_ps();
+  float summs = 0;
   for (int64_t b = 0; b < k / QK_K; b++) {
     const blk_q4_K *w4 = &((const blk_q4_K *)vw)[b];
     const blk_q5_K *w5 = &((const blk_q5_K *)vw)[b];
-    const uint8_t *sc12 = q5 ? w5->scales : w4->scales, *qs = q5 ? w5->qs : w4->qs;
-    uint8_t sc[8], mn[8];
-    for (int s = 0; s < 8; s++) qi_scale_min_k4(s, sc12, &sc[s], &mn[s]);
+    const uint8_t *qs = q5 ? w5->qs : w4->qs;
+    uint64_t sc, mn;
+    qi_k4_scales(q5 ? w5->scales : w4->scales, &sc, &mn);
     const float d = x[b].d * h2f(q5 ? w5->d : w4->d);
     const float dmin = -x[b].d * h2f(q5 ? w5->dmin : w4->dmin);
+    // mins: lane i of m4 = mn[2i] * bsum32(2i) + mn[2i+1] * bsum32(2i+1) (exact ints)
+    const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)x[b].bsums),
+                                      _mm_loadu_si128((const __m128i *)(x[b].bsums + 8)));
+    const __m128i m4 = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn)), bs);
     if (q5) {
-      int m = 0;
-      for (int s = 0; s < 8; s++) m += mn[s] * (x[b].bsums[2 * s] + x[b].bsums[2 * s + 1]);
-      summs = fma1(dmin, (float)m, summs);
+      __m128i t = _mm_add_epi32(m4, _mm_shuffle_epi32(m4, 0x4e));
+      t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+      summs = fma1(dmin, (float)_mm_cvtsi128_si32(t), summs);
     } else {
-      for (int i = 0; i < 4; i++) {
-        const int m = mn[2 * i] * (x[b].bsums[4 * i] + x[b].bsums[4 * i + 1]) +
-                      mn[2 * i + 1] * (x[b].bsums[4 * i + 2] + x[b].bsums[4 * i + 3]);
-        accm[i] = fma1(dmin, (float)m, accm[i]);
-      }
+      accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(m4), accm);
     }
     __m256i lane = _mm256_setzero_si256();
-    for (int s = 0; s < 8; s++) {
-      const __m256i is = dot_us(k4_codes(qs, q5 ? w5->qh : NULL, s), ld32(x[b].qs + 32 * s));
-      lane = _mm256_add_epi32(lane, _mm256_mullo_epi32(is, _mm256_set1_epi32(sc[s])));
+    for (int s = 0; s < 8; s++) {  // int16 pairs (<= 2 * 31 * 127) times the scale, summed in int32: exact
+      const __m256i p = _mm256_maddubs_epi16(k4_codes(qs, q5 ? w5->qh : NULL, s), ld32(x[b].qs + 32 * s));
+      lane = _mm256_add_epi32(lane, _mm256_madd_epi16(p, _mm256_set1_epi16((short)((sc >> (8 * s)) & 0xff))));
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lane), acc);
   }
   const float h = hs8(acc);
   if (q5) return h + summs;
-  const float s0 = accm[0] + accm[2], s1 = accm[1] + accm[3];
-  return h + (s0 + s1);
+  const __m128 s2 = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));  // hsum4: (a0+a2) + (a1+a3)
+  return h + _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
 
 // Q4_K_V256 / V64 (the repack kernels): `step` sub-block pairs per fma; R rows at once
@@ -239,19 +240,17 @@ static float dot_q6k(int64_t k, const void *vw, const void *vx) {
         const __m256i lo = _mm256_and_si256(c >= 2 ? _mm256_srli_epi16(l, 4) : l, m4);
         const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * c)), m3);
         const __m256i code = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-        const __m256i is = dot_us(code, ld32(x[b].qs + 128 * j + 32 * c));
-        const __m256i scv = _mm256_setr_epi32(w[b].scales[8 * j + 2 * c], w[b].scales[8 * j + 2 * c],
-                                              w[b].scales[8 * j + 2 * c], w[b].scales[8 * j + 2 * c],
-                                              w[b].scales[8 * j + 2 * c + 1], w[b].scales[8 * j + 2 * c + 1],
-                                              w[b].scales[8 * j + 2 * c + 1], w[b].scales[8 * j + 2 * c + 1]);
-        lane = _mm256_add_epi32(lane, _mm256_mullo_epi32(is, scv));
+        // int16 pairs (<= 2 * 63 * 127) times the scale (elements 0..15: 8j+2c, 16..31: 8j+2c+1)
+        const __m256i p = _mm256_maddubs_epi16(code, ld32(x[b].qs + 128 * j + 32 * c));
+        const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(w[b].scales[8 * j + 2 * c + 1]),
+                                             _mm_set1_epi16(w[b].scales[8 * j + 2 * c]));
+        lane = _mm256_add_epi32(lane, _mm256_madd_epi16(p, scv));
       }
     }
-    int32_t ls[8];
-    _mm256_storeu_si256((__m256i *)ls, lane);
-    for (int l = 0; l < 8; l++)
-      ls[l] -= 32 * (x[b].bsums[2 * l] * w[b].scales[2 * l] + x[b].bsums[2 * l + 1] * w[b].scales[2 * l + 1]);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(x[b].d * h2f(w[b].d)), _mm256_cvtepi32_ps(ld32(ls)), acc);
+    // lane l -= 32 * (bsums[2l] * scales[2l] + bsums[2l+1] * scales[2l+1])
+    const __m256i corr = _mm256_madd_epi16(ld32(x[b].bsums), _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[b].scales)));
+    lane = _mm256_sub_epi32(lane, _mm256_slli_epi32(corr, 5));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(x[b].d * h2f(w[b].d)), _mm256_cvtepi32_ps(lane), acc);
   }
   return hs8(acc);
 }
