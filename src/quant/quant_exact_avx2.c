@@ -150,42 +150,66 @@ static inline __m256i k4_codes(const uint8_t *qs, const uint8_t *qh, int s) {
   return c;
 }
 
-// Q4_K_K8 / Q5_K_K8: vec_dot_q4_K/q5_K_q8_K
-static float dot_k8(bool q5, int64_t k, const void *vw, const void *vx) {
-  const blk_q8_K *x = vx;
-  __m256 acc = _mm256_setzero_ps();
-  __m128 accm = _mm_setzero_ps();
-  float summs = 0;
+// Q4_K_K8 / Q5_K_K8: vec_dot_q4_K/q5_K_q8_K of one row with T tokens
+// (T <= 4; the row's codes decoded once for all of them)
+static inline __attribute__((always_inline)) void k8_tokens(bool q5, const int T, int64_t k, const void *vw,
+                                                            const blk_q8_K *const *x, float *out) {
+  __m256 acc[4];
+  __m128 accm[4];
+  float summs[4] = {0};
+  for (int t = 0; t < T; t++) {
+    acc[t] = _mm256_setzero_ps();
+    accm[t] = _mm_setzero_ps();
+  }
   for (int64_t b = 0; b < k / QK_K; b++) {
     const blk_q4_K *w4 = &((const blk_q4_K *)vw)[b];
     const blk_q5_K *w5 = &((const blk_q5_K *)vw)[b];
     const uint8_t *qs = q5 ? w5->qs : w4->qs;
     uint64_t sc, mn;
     qi_k4_scales(q5 ? w5->scales : w4->scales, &sc, &mn);
-    const float d = x[b].d * h2f(q5 ? w5->d : w4->d);
-    const float dmin = -x[b].d * h2f(q5 ? w5->dmin : w4->dmin);
-    // mins: lane i of m4 = mn[2i] * bsum32(2i) + mn[2i+1] * bsum32(2i+1) (exact ints)
-    const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)x[b].bsums),
-                                      _mm_loadu_si128((const __m128i *)(x[b].bsums + 8)));
-    const __m128i m4 = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn)), bs);
-    if (q5) {
-      __m128i t = _mm_add_epi32(m4, _mm_shuffle_epi32(m4, 0x4e));
-      t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
-      summs = fma1(dmin, (float)_mm_cvtsi128_si32(t), summs);
-    } else {
-      accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(m4), accm);
+    const float dw = h2f(q5 ? w5->d : w4->d), dmw = h2f(q5 ? w5->dmin : w4->dmin);
+    const __m128i mn16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn));
+    __m256i lane[4];
+    for (int t = 0; t < T; t++) {
+      // mins: lane i of m4 = mn[2i] * bsum32(2i) + mn[2i+1] * bsum32(2i+1) (exact ints)
+      const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)x[t][b].bsums),
+                                        _mm_loadu_si128((const __m128i *)(x[t][b].bsums + 8)));
+      const __m128i m4 = _mm_madd_epi16(mn16, bs);
+      const float dmin = -x[t][b].d * dmw;
+      if (q5) {
+        __m128i u = _mm_add_epi32(m4, _mm_shuffle_epi32(m4, 0x4e));
+        u = _mm_add_epi32(u, _mm_shuffle_epi32(u, 0xb1));
+        summs[t] = fma1(dmin, (float)_mm_cvtsi128_si32(u), summs[t]);
+      } else {
+        accm[t] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(m4), accm[t]);
+      }
+      lane[t] = _mm256_setzero_si256();
     }
-    __m256i lane = _mm256_setzero_si256();
     for (int s = 0; s < 8; s++) {  // int16 pairs (<= 2 * 31 * 127) times the scale, summed in int32: exact
-      const __m256i p = _mm256_maddubs_epi16(k4_codes(qs, q5 ? w5->qh : NULL, s), ld32(x[b].qs + 32 * s));
-      lane = _mm256_add_epi32(lane, _mm256_madd_epi16(p, _mm256_set1_epi16((short)((sc >> (8 * s)) & 0xff))));
+      const __m256i c = k4_codes(qs, q5 ? w5->qh : NULL, s);
+      const __m256i scv = _mm256_set1_epi16((short)((sc >> (8 * s)) & 0xff));
+      for (int t = 0; t < T; t++)
+        lane[t] = _mm256_add_epi32(lane[t], _mm256_madd_epi16(_mm256_maddubs_epi16(c, ld32(x[t][b].qs + 32 * s)), scv));
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lane), acc);
+    for (int t = 0; t < T; t++)
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(x[t][b].d * dw), _mm256_cvtepi32_ps(lane[t]), acc[t]);
   }
-  const float h = hs8(acc);
-  if (q5) return h + summs;
-  const __m128 s2 = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));  // hsum4: (a0+a2) + (a1+a3)
-  return h + _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+  for (int t = 0; t < T; t++) {
+    const float h = hs8(acc[t]);
+    if (q5) {
+      out[t] = h + summs[t];
+    } else {
+      const __m128 s2 = _mm_add_ps(accm[t], _mm_movehl_ps(accm[t], accm[t]));  // hsum4: (a0+a2) + (a1+a3)
+      out[t] = h + _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+    }
+  }
+}
+
+static float dot_k8(bool q5, int64_t k, const void *vw, const void *vx) {
+  const blk_q8_K *x[1] = {vx};
+  float s;
+  k8_tokens(q5, 1, k, vw, x, &s);
+  return s;
 }
 
 // Q4_K_V256 / V64 (the repack kernels): `step` sub-block pairs per fma; R rows at once
@@ -224,15 +248,17 @@ static float dot_q4k_repack(int step, int64_t k, const void *vw, const void *vx)
   return s;
 }
 
-// Q6_K_K8: vec_dot_q6_K_q8_K. 32 elements (j, c) a register, in element
-// order: lanes 0..3 take scale 8j+2c, lanes 4..7 scale 8j+2c+1.
-static float dot_q6k(int64_t k, const void *vw, const void *vx) {
-  const blk_q6_K *w = vw;
-  const blk_q8_K *x = vx;
-  __m256 acc = _mm256_setzero_ps();
+// Q6_K_K8: vec_dot_q6_K_q8_K of one row with T tokens (T <= 4; the codes
+// decoded once for all). 32 elements (j, c) a register, in element order:
+// lanes 0..3 take scale 8j+2c, lanes 4..7 scale 8j+2c+1.
+static inline __attribute__((always_inline)) void q6k_tokens(const int T, int64_t k, const blk_q6_K *w,
+                                                             const blk_q8_K *const *x, float *out) {
+  __m256 acc[4];
+  for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
   const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
   for (int64_t b = 0; b < k / QK_K; b++) {
-    __m256i lane = _mm256_setzero_si256();
+    __m256i lane[4];
+    for (int t = 0; t < T; t++) lane[t] = _mm256_setzero_si256();
     for (int j = 0; j < 2; j++) {
       const __m256i h = ld32(w[b].qh + 32 * j);
       for (int c = 0; c < 4; c++) {
@@ -241,18 +267,30 @@ static float dot_q6k(int64_t k, const void *vw, const void *vx) {
         const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * c)), m3);
         const __m256i code = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
         // int16 pairs (<= 2 * 63 * 127) times the scale (elements 0..15: 8j+2c, 16..31: 8j+2c+1)
-        const __m256i p = _mm256_maddubs_epi16(code, ld32(x[b].qs + 128 * j + 32 * c));
         const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(w[b].scales[8 * j + 2 * c + 1]),
                                              _mm_set1_epi16(w[b].scales[8 * j + 2 * c]));
-        lane = _mm256_add_epi32(lane, _mm256_madd_epi16(p, scv));
+        for (int t = 0; t < T; t++)
+          lane[t] = _mm256_add_epi32(
+              lane[t], _mm256_madd_epi16(_mm256_maddubs_epi16(code, ld32(x[t][b].qs + 128 * j + 32 * c)), scv));
       }
     }
-    // lane l -= 32 * (bsums[2l] * scales[2l] + bsums[2l+1] * scales[2l+1])
-    const __m256i corr = _mm256_madd_epi16(ld32(x[b].bsums), _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[b].scales)));
-    lane = _mm256_sub_epi32(lane, _mm256_slli_epi32(corr, 5));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(x[b].d * h2f(w[b].d)), _mm256_cvtepi32_ps(lane), acc);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[b].scales));
+    const float dw = h2f(w[b].d);
+    for (int t = 0; t < T; t++) {
+      // lane l -= 32 * (bsums[2l] * scales[2l] + bsums[2l+1] * scales[2l+1])
+      const __m256i corr = _mm256_madd_epi16(ld32(x[t][b].bsums), sc16);
+      const __m256i ln = _mm256_sub_epi32(lane[t], _mm256_slli_epi32(corr, 5));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(x[t][b].d * dw), _mm256_cvtepi32_ps(ln), acc[t]);
+    }
   }
-  return hs8(acc);
+  for (int t = 0; t < T; t++) out[t] = hs8(acc[t]);
+}
+
+static float dot_q6k(int64_t k, const void *vw, const void *vx) {
+  const blk_q8_K *x[1] = {vx};
+  float s;
+  q6k_tokens(1, k, vw, x, &s);
+  return s;
 }
 
 // ---- float orders --------------------------------------------------------------------------
@@ -359,51 +397,60 @@ static inline __attribute__((always_inline)) void r16_q4_0(const int T, const ui
   }
 }
 
-// q4_K, orders V256 (v64 false) and V64, one token: the 6-bit scales and mins
-// of eight rows decoded lane-wise from the three dwords of their 12 bytes
-static void r16_q4k(bool v64, const uint8_t *g, int64_t nb, const blk_q8_K *x, float *y) {
-  const __m256i m4 = _mm256_set1_epi8(15), ones16 = _mm256_set1_epi16(1), m6 = _mm256_set1_epi32(63);
+// q4_K, orders V256 (v64 false) and V64, tokens x[0..T) (T <= 4): the 6-bit
+// scales and mins of eight rows decoded lane-wise from the three dwords of
+// their 12 bytes, once per block for all the tokens; y[t][16]
+static void r16_q4k(bool v64, const uint8_t *g, int64_t nb, const blk_q8_K *const *x, int T, float *y) {
+  const __m256i m4 = _mm256_set1_epi8(15), m6 = _mm256_set1_epi32(63);
   const __m256i m4d = _mm256_set1_epi32(15), m2d = _mm256_set1_epi32(3);
   for (int h = 0; h < 2; h++) {
-    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    __m256 acc[4], accm[4];
+    for (int t = 0; t < T; t++) acc[t] = accm[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
       const uint8_t *gb = g + (size_t)b * 2304;
       const __m256i u0 = ld32(gb + 64 + 32 * h), u1 = ld32(gb + 128 + 32 * h), u2 = ld32(gb + 192 + 32 * h);
-      __m256i isum[8], sc[8], mn[8];
-      for (int q = 0; q < 4; q++) {
-        __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
-        for (int t = 0; t < 8; t++) {  // int16 sums: 8 pairs of |15 * 127| * 2 at most
-          const __m256i v = ld32(gb + 256 + 512 * q + 64 * t + 32 * h);
-          lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(_mm256_and_si256(v, m4), bcast4(x[b].qs + 64 * q + 4 * t)));
-          hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
-                                                         bcast4(x[b].qs + 64 * q + 32 + 4 * t)));
-        }
-        isum[2 * q] = _mm256_madd_epi16(lo, ones16);
-        isum[2 * q + 1] = _mm256_madd_epi16(hi, ones16);
-      }
+      __m256i sc2[8], mn[8];  // sc2: the scale in both int16 halves of the lane (a madd operand)
       for (int s4 = 0; s4 < 4; s4++) {
         const __m128i sh = _mm_cvtsi32_si128(8 * s4), sh6 = _mm_cvtsi32_si128(8 * s4 + 6), sh4 = _mm_cvtsi32_si128(8 * s4 + 4);
-        sc[s4] = _mm256_and_si256(_mm256_srl_epi32(u0, sh), m6);
+        const __m256i lo = _mm256_and_si256(_mm256_srl_epi32(u0, sh), m6);
+        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi32(u2, sh), m4d),
+                                           _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(u0, sh6), m2d), 4));
+        sc2[s4] = _mm256_or_si256(lo, _mm256_slli_epi32(lo, 16));
+        sc2[s4 + 4] = _mm256_or_si256(hi, _mm256_slli_epi32(hi, 16));
         mn[s4] = _mm256_and_si256(_mm256_srl_epi32(u1, sh), m6);
-        sc[s4 + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi32(u2, sh), m4d),
-                                     _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(u0, sh6), m2d), 4));
         mn[s4 + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi32(u2, sh4), m4d),
                                      _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(u1, sh6), m2d), 4));
       }
-      const __m256 ds = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16 * h))), _mm256_set1_ps(x[b].d));
-      const __m256 dm = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 32 + 16 * h))), _mm256_set1_ps(x[b].d));
-      const int step = v64 ? 1 : 4;
-      for (int p0 = 0; p0 < 4; p0 += step) {
-        __m256i is = _mm256_setzero_si256(), im = _mm256_setzero_si256();
-        for (int s = 2 * p0; s < 2 * (p0 + step); s++) {
-          is = _mm256_add_epi32(is, _mm256_mullo_epi32(sc[s], isum[s]));
-          im = _mm256_add_epi32(im, _mm256_mullo_epi32(mn[s], _mm256_set1_epi32(x[b].bsums[2 * s] + x[b].bsums[2 * s + 1])));
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16 * h)));
+      const __m256 dmw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 32 + 16 * h)));
+      for (int t = 0; t < T; t++) {
+        __m256i isc[4];  // sub-block pair q: sc[2q] * isum[2q] + sc[2q+1] * isum[2q+1]
+        for (int q = 0; q < 4; q++) {
+          __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+          for (int e = 0; e < 8; e++) {  // int16 sums: 8 pairs of |15 * 127| * 2 at most
+            const __m256i v = ld32(gb + 256 + 512 * q + 64 * e + 32 * h);
+            lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(_mm256_and_si256(v, m4), bcast4(x[t][b].qs + 64 * q + 4 * e)));
+            hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+                                                           bcast4(x[t][b].qs + 64 * q + 32 + 4 * e)));
+          }
+          isc[q] = _mm256_add_epi32(_mm256_madd_epi16(lo, sc2[2 * q]), _mm256_madd_epi16(hi, sc2[2 * q + 1]));
         }
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), ds, acc);
-        accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(im), dm, accm);
+        const __m256 xd = _mm256_set1_ps(x[t][b].d);
+        const __m256 ds = _mm256_mul_ps(dw, xd), dm = _mm256_mul_ps(dmw, xd);
+        const int step = v64 ? 1 : 4;
+        for (int p0 = 0; p0 < 4; p0 += step) {
+          __m256i is = _mm256_setzero_si256(), im = _mm256_setzero_si256();
+          for (int q = p0; q < p0 + step; q++) {
+            is = _mm256_add_epi32(is, isc[q]);
+            for (int s = 2 * q; s < 2 * q + 2; s++)
+              im = _mm256_add_epi32(im, _mm256_mullo_epi32(mn[s], _mm256_set1_epi32(x[t][b].bsums[2 * s] + x[t][b].bsums[2 * s + 1])));
+          }
+          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), ds, acc[t]);
+          accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(im), dm, accm[t]);
+        }
       }
     }
-    _mm256_storeu_ps(y + 8 * h, _mm256_sub_ps(acc, accm));
+    for (int t = 0; t < T; t++) _mm256_storeu_ps(y + 16 * t + 8 * h, _mm256_sub_ps(acc[t], accm[t]));
   }
 }
 
@@ -418,7 +465,7 @@ void quant_exact_tile_r16_avx2(qx_order o, quant_type t, const void *W, int64_t 
   }
   const size_t rb = quant_row_size(t, k);
   const int64_t nb = k / (o == QX_Q4_0_C1 ? 32 : QK_K);
-  float y16[16];
+  float y16[16], y64[64];
   for (int64_t r0 = i0; r0 < i1; r0 += 16) {
     const uint8_t *g = (const uint8_t *)W + (size_t)r0 * rb;
     const bool part = i1 - r0 < 16;  // a tile that ends inside the group
@@ -437,12 +484,40 @@ void quant_exact_tile_r16_avx2(qx_order o, quant_type t, const void *W, int64_t 
           r16_q4_0(1, g, nb, X, xstride, j, Y + r0, ldy);
         j += T;
       } else {
-        r16_q4k(o == QX_Q4_K_V64, g, nb, (const blk_q8_K *)((const char *)X + (size_t)j * xstride), y16);
-        memcpy(Y + j * ldy + r0, y16, (size_t)(MOLE_MIN(i1 - r0, 16)) * sizeof(float));
-        j++;
+        const int T = (int)MOLE_MIN(j1 - j, (int64_t)4);
+        const blk_q8_K *x[4];
+        for (int u = 0; u < T; u++) x[u] = (const blk_q8_K *)((const char *)X + (size_t)(j + u) * xstride);
+        r16_q4k(o == QX_Q4_K_V64, g, nb, x, T, y64);
+        for (int u = 0; u < T; u++) memcpy(Y + (j + u) * ldy + r0, y64 + 16 * u, (size_t)(MOLE_MIN(i1 - r0, 16)) * sizeof(float));
+        j += T;
       }
     }
   }
+}
+
+// Q8_0 on 2 rows x 4 tokens: each pair's 8 lanes as dot_l8's, the weights'
+// sign-trick operands and the activations loaded once for the tile
+static void l8_2x4(int64_t k, const blk_q8_0 *const *w, const blk_q8_0 *const *x, float *Y, int64_t ldy, int64_t i,
+                   int64_t j) {
+  __m256 acc[2][4];
+  for (int r = 0; r < 2; r++)
+    for (int t = 0; t < 4; t++) acc[r][t] = _mm256_setzero_ps();
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < k / 32; b++) {
+    const __m256i w0 = ld32(w[0][b].qs), w1 = ld32(w[1][b].qs);
+    const __m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
+    const float d0 = h2f(w[0][b].d), d1 = h2f(w[1][b].d);
+    for (int t = 0; t < 4; t++) {
+      const __m256i xv = ld32(x[t][b].qs);
+      const float dx = h2f(x[t][b].d);
+      const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(xv, w0)), ones16);
+      const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(xv, w1)), ones16);
+      acc[0][t] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * dx), _mm256_cvtepi32_ps(p0), acc[0][t]);
+      acc[1][t] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * dx), _mm256_cvtepi32_ps(p1), acc[1][t]);
+    }
+  }
+  for (int t = 0; t < 4; t++)
+    for (int r = 0; r < 2; r++) Y[(j + t) * ldy + i + r] = hs8(acc[r][t]);
 }
 
 // ---- entry points --------------------------------------------------------------------------
@@ -469,6 +544,37 @@ void quant_exact_tile_avx2(qx_order o, const void *W, size_t wstride, const void
                            int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k) {
   const char *wb = W, *xb = X;
   int64_t i = i0;
+  if (o == QX_Q8_0 && j1 - j0 >= 4) {  // several tokens: 2 x 4 tiles, the rest below
+    const int64_t jt = j0 + (j1 - j0) / 4 * 4;
+    int64_t r = i0;
+    for (; r + 2 <= i1; r += 2) {
+      const blk_q8_0 *w[2] = {(const blk_q8_0 *)(wb + (size_t)r * wstride), (const blk_q8_0 *)(wb + (size_t)(r + 1) * wstride)};
+      for (int64_t j = j0; j < jt; j += 4) {
+        const blk_q8_0 *x[4];
+        for (int t = 0; t < 4; t++) x[t] = (const blk_q8_0 *)(xb + (size_t)(j + t) * xstride);
+        l8_2x4(k, w, x, Y, ldy, r, j);
+      }
+    }
+    for (; r < i1; r++)  // an odd last row
+      for (int64_t j = j0; j < jt; j++)
+        quant_exact_dot_avx2(o, k, &Y[j * ldy + r], wb + (size_t)r * wstride, xb + (size_t)j * xstride);
+    j0 = jt;  // the last tokens (fewer than 4): one row at a time
+  }
+  if ((o == QX_Q4_K_K8 || o == QX_Q5_K_K8 || o == QX_Q6_K_K8) && j1 - j0 >= 4) {  // a row's codes decoded once for 4 tokens
+    const int64_t jt = j0 + (j1 - j0) / 4 * 4;
+    for (int64_t r = i0; r < i1; r++)
+      for (int64_t j = j0; j < jt; j += 4) {
+        const blk_q8_K *x[4];
+        float out[4];
+        for (int u = 0; u < 4; u++) x[u] = (const blk_q8_K *)(xb + (size_t)(j + u) * xstride);
+        if (o == QX_Q6_K_K8)
+          q6k_tokens(4, k, (const blk_q6_K *)(wb + (size_t)r * wstride), x, out);
+        else
+          k8_tokens(o == QX_Q5_K_K8, 4, k, wb + (size_t)r * wstride, x, out);
+        for (int u = 0; u < 4; u++) Y[(j + u) * ldy + r] = out[u];
+      }
+    j0 = jt;
+  }
   if (o == QX_Q4_0_C1) {  // eight (row, token) chains at once: 8 rows x 1 token, or 4 x 2
     for (; i + 8 <= i1; i += 8) {
       const blk_q4_0 *w[8];
