@@ -188,6 +188,7 @@ static inline __attribute__((always_inline)) void k8_tokens(bool q5, const int T
     for (int s = 0; s < 8; s++) {  // int16 pairs (<= 2 * 31 * 127) times the scale, summed in int32: exact
       const __m256i c = k4_codes(qs, q5 ? w5->qh : NULL, s);
       const __m256i scv = _mm256_set1_epi16((short)((sc >> (8 * s)) & 0xff));
+#pragma GCC unroll 4
       for (int t = 0; t < T; t++)
         lane[t] = _mm256_add_epi32(lane[t], _mm256_madd_epi16(_mm256_maddubs_epi16(c, ld32(x[t][b].qs + 32 * s)), scv));
     }
@@ -269,6 +270,7 @@ static inline __attribute__((always_inline)) void q6k_tokens(const int T, int64_
         // int16 pairs (<= 2 * 63 * 127) times the scale (elements 0..15: 8j+2c, 16..31: 8j+2c+1)
         const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(w[b].scales[8 * j + 2 * c + 1]),
                                              _mm_set1_epi16(w[b].scales[8 * j + 2 * c]));
+#pragma GCC unroll 4
         for (int t = 0; t < T; t++)
           lane[t] = _mm256_add_epi32(
               lane[t], _mm256_madd_epi16(_mm256_maddubs_epi16(code, ld32(x[t][b].qs + 128 * j + 32 * c)), scv));
@@ -569,8 +571,10 @@ void quant_exact_tile_avx2(qx_order o, const void *W, size_t wstride, const void
         for (int u = 0; u < 4; u++) x[u] = (const blk_q8_K *)(xb + (size_t)(j + u) * xstride);
         if (o == QX_Q6_K_K8)
           q6k_tokens(4, k, (const blk_q6_K *)(wb + (size_t)r * wstride), x, out);
+        else if (o == QX_Q5_K_K8)  // constant arguments: the token loops unroll into registers
+          k8_tokens(true, 4, k, wb + (size_t)r * wstride, x, out);
         else
-          k8_tokens(o == QX_Q5_K_K8, 4, k, wb + (size_t)r * wstride, x, out);
+          k8_tokens(false, 4, k, wb + (size_t)r * wstride, x, out);
         for (int u = 0; u < 4; u++) Y[(j + u) * ldy + r] = out[u];
       }
     j0 = jt;
