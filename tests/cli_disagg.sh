@@ -17,6 +17,9 @@ cleanup() {
   rm -rf "$T"
 }
 trap cleanup EXIT
+# stop_mpirun (its fail() is replaced by this script's own below)
+# shellcheck source=tests/lib.sh
+. "$SRC/tests/lib.sh"
 fail() {
   echo "FAIL: $*" >&2
   exit 1
@@ -111,8 +114,12 @@ serve_texts() {  # out np (0: no mpirun) flags...
     python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["choices"][0]["text"])' "$T/r$i.json" ||
       fail "request $i: $(cat "$T/r$i.json")"
   done > "$out"
-  kill -TERM "$pid"
-  wait "$pid" 2> /dev/null || true
+  if [ "$np" = 0 ]; then
+    kill -TERM "$pid"
+    wait "$pid" 2> /dev/null || true
+  else
+    stop_mpirun "$pid" TERM
+  fi
 }
 serve_texts "$T/one.txt" 0
 serve_texts "$T/dis.txt" 3 --disagg attn=2,expert=1 --micro-batches 2

@@ -22,6 +22,9 @@ cleanup() {
   rm -rf "$T"
 }
 trap cleanup EXIT
+# stop_mpirun (its fail() is replaced by this script's own below)
+# shellcheck source=tests/lib.sh
+. "$SRC/tests/lib.sh"
 fail() {
   echo "FAIL: $*" >&2
   exit 1
@@ -55,8 +58,7 @@ for p in $pids; do
   echo "rank process $p: $used of a core while idle"
   awk -v u="$used" 'BEGIN { exit !(u < 0.25) }' || fail "an idle rank used $used of a core (spinning?)"
 done
-kill -INT "$SRV"
-wait "$SRV" 2> /dev/null
+stop_mpirun "$SRV" INT
 SRV=
 
 # 2. mole plan with rank 1 under a 30% CPU quota
