@@ -97,15 +97,11 @@ void quant_exact_dot_neon(qx_order o, int64_t k, float *s, const void *w, const 
 void quant_exact_tile_neon(qx_order o, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
                            int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k);
 
-// This architecture's SIMD twins (AVX-512 on x86-64, NEON on ARM64; R16
-// groups exist only on x86-64, where quant_r16_preferred can say yes).
+// The R16 group kernels of QUANT_ISA_EXACT_SIMD (AVX-512 on x86-64; ARM64 has
+// none yet, and quant_r16_preferred never says yes there).
 #if defined(__aarch64__)
-#define quant_exact_dot_simd quant_exact_dot_neon
-#define quant_exact_tile_simd quant_exact_tile_neon
 #define quant_exact_tile_r16_simd quant_exact_tile_r16_ref
 #else
-#define quant_exact_dot_simd quant_exact_dot_avx512
-#define quant_exact_tile_simd quant_exact_tile_avx512
 #define quant_exact_tile_r16_simd quant_exact_tile_r16_avx512
 #endif
 
@@ -121,7 +117,5 @@ qx_tile_fn quant_exact_tile_of(int level);
 // signature; NULL when the type has none.
 quant_vec_dot_fn quant_exact_vec_dot(quant_type wt, int level);
 
-// Whether the level in use runs the SIMD twins (QUANT_ISA_EXACT_SIMD).
-bool quant_exact_have_simd(void);
 
 #endif

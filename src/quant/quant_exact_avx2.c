@@ -8,45 +8,17 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "quant/quant_avx2.h"
 #include "quant/quant_exact.h"
 #include "quant/quant_internal.h"
 
 // ---- helpers ----------------------------------------------------------------------------
 
-static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
-
-// hsum8: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7))
-static inline float hs8(__m256 a) {
-  const __m128 r = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  const __m128 s = _mm_add_ps(r, _mm_movehl_ps(r, r));  // s0 = r0 + r2, s1 = r1 + r3
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
-static inline int hsi8(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-  return _mm_cvtsi128_si32(s);
-}
-
 static inline float fma1(float a, float b, float c) {
   return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
 }
 
-// unsigned bytes x signed bytes: lane l = sum of bytes 4l..4l+3
-static inline __m256i dot_us(__m256i u, __m256i s) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-}
-// signed x signed: |w| (128 for -128 fits unsigned) against sign(x, w)
-static inline __m256i dot_ss(__m256i w, __m256i x) { return dot_us(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)); }
-
 static inline __m256i ld32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
-
-// 16 bytes of nibbles -> 32 codes 0..15: low nibbles (elements 0..15), then high (16..31)
-static inline __m256i nib32(const uint8_t *p) {
-  const __m128i q = _mm_loadu_si128((const __m128i *)p), m4 = _mm_set1_epi8(15);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
-}
 
 // ---- integer orders -----------------------------------------------------------------------
 
@@ -59,16 +31,16 @@ static float dot_l8(bool q4, int64_t k, const void *vw, const void *vx) {
     float dw;
     if (q4) {
       const blk_q4_0 *wb = &((const blk_q4_0 *)vw)[b];
-      is = dot_ss(_mm256_sub_epi8(nib32(wb->qs), _mm256_set1_epi8(8)), ld32(x[b].qs));
-      dw = h2f(wb->d);
+      is = dot_ss(_mm256_sub_epi8(nibbles(wb->qs), _mm256_set1_epi8(8)), ld32(x[b].qs));
+      dw = f16(wb->d);
     } else {
       const blk_q8_0 *wb = &((const blk_q8_0 *)vw)[b];
       is = dot_ss(ld32(wb->qs), ld32(x[b].qs));
-      dw = h2f(wb->d);
+      dw = f16(wb->d);
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(x[b].d)), _mm256_cvtepi32_ps(is), acc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16(x[b].d)), _mm256_cvtepi32_ps(is), acc);
   }
-  return hs8(acc);
+  return hsum8(acc);
 }
 
 // the totals of eight lane vectors (p[i]: 8 partial sums), lane i = sum of p[i]
@@ -94,7 +66,7 @@ static inline __attribute__((always_inline)) void c1_pairs(const int R, const in
     __m256i xv[2], p[8];
     for (int t = 0; t < T; t++) xv[t] = ld32(x[t][b].qs);
     for (int r = 0; r < R; r++) {
-      const __m256i c = nib32(w[r][b].qs);
+      const __m256i c = nibbles(w[r][b].qs);
       for (int t = 0; t < T; t++) p[t * R + r] = dot_us(c, xv[t]);
     }
     // lane p = t * R + r: the row's scale times the token's, 8 * sum x of the token
@@ -105,16 +77,16 @@ static inline __attribute__((always_inline)) void c1_pairs(const int R, const in
     else
       dh = _mm_setr_epi16((short)w[0][b].d, (short)w[1][b].d, (short)w[2][b].d, (short)w[3][b].d, (short)w[0][b].d,
                           (short)w[1][b].d, (short)w[2][b].d, (short)w[3][b].d);
-    const int sx0 = 8 * hsi8(dot_us(ones8, xv[0]));
-    const float dx0 = h2f(x[0][b].d);
+    const int sx0 = 8 * hsum8i(dot_us(ones8, xv[0]));
+    const float dx0 = f16(x[0][b].d);
     __m256 dxv;
     __m256i off;
     if (T == 1) {
       dxv = _mm256_set1_ps(dx0);
       off = _mm256_set1_epi32(sx0);
     } else {
-      dxv = _mm256_set_m128(_mm_set1_ps(h2f(x[1][b].d)), _mm_set1_ps(dx0));
-      off = _mm256_set_m128i(_mm_set1_epi32(8 * hsi8(dot_us(ones8, xv[1]))), _mm_set1_epi32(sx0));
+      dxv = _mm256_set_m128(_mm_set1_ps(f16(x[1][b].d)), _mm_set1_ps(dx0));
+      off = _mm256_set_m128i(_mm_set1_epi32(8 * hsum8i(dot_us(ones8, xv[1]))), _mm_set1_epi32(sx0));
     }
     const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(dh), dxv);
     // sum(q - 8) x = sum q x - 8 sum x
@@ -133,8 +105,8 @@ static float dot_q4_0_c1(int64_t k, const void *vw, const void *vx) {
   float acc = 0;  // Q4_0_C1: acc = fma(isum, dw*dx, acc) per block
   for (int64_t b = 0; b < k / 32; b++) {
     const __m256i xv = ld32(x[b].qs);
-    const int is = hsi8(_mm256_sub_epi32(dot_us(nib32(w[b].qs), xv), _mm256_slli_epi32(dot_us(_mm256_set1_epi8(1), xv), 3)));
-    acc = fma1((float)is, h2f(w[b].d) * h2f(x[b].d), acc);
+    const int is = hsum8i(_mm256_sub_epi32(dot_us(nibbles(w[b].qs), xv), _mm256_slli_epi32(dot_us(_mm256_set1_epi8(1), xv), 3)));
+    acc = fma1((float)is, f16(w[b].d) * f16(x[b].d), acc);
   }
   return acc;
 }
@@ -167,7 +139,7 @@ static inline __attribute__((always_inline)) void k8_tokens(bool q5, const int T
     const uint8_t *qs = q5 ? w5->qs : w4->qs;
     uint64_t sc, mn;
     qi_k4_scales(q5 ? w5->scales : w4->scales, &sc, &mn);
-    const float dw = h2f(q5 ? w5->d : w4->d), dmw = h2f(q5 ? w5->dmin : w4->dmin);
+    const float dw = f16(q5 ? w5->d : w4->d), dmw = f16(q5 ? w5->dmin : w4->dmin);
     const __m128i mn16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn));
     __m256i lane[4];
     for (int t = 0; t < T; t++) {
@@ -196,7 +168,7 @@ static inline __attribute__((always_inline)) void k8_tokens(bool q5, const int T
       acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(x[t][b].d * dw), _mm256_cvtepi32_ps(lane[t]), acc[t]);
   }
   for (int t = 0; t < T; t++) {
-    const float h = hs8(acc[t]);
+    const float h = hsum8(acc[t]);
     if (q5) {
       out[t] = h + summs[t];
     } else {
@@ -219,24 +191,15 @@ static inline __attribute__((always_inline)) void q4k_rows(const int R, int step
                                                            float *out) {
   float acc[4] = {0}, accm[4] = {0};
   for (int64_t b = 0; b < k / QK_K; b++) {
-    int bs[8];  // sums of the activations per sub-block
+    int32_t bs[8];  // sums of the activations per sub-block
     for (int s = 0; s < 8; s++) bs[s] = x[b].bsums[2 * s] + x[b].bsums[2 * s + 1];
     for (int r = 0; r < R; r++) {
       uint8_t sc[8], mn[8];
       for (int s = 0; s < 8; s++) qi_scale_min_k4(s, w[r][b].scales, &sc[s], &mn[s]);
-      int isum[8];
-      for (int s = 0; s < 8; s++) isum[s] = hsi8(dot_us(k4_codes(w[r][b].qs, NULL, s), ld32(x[b].qs + 32 * s)));
-      const float ds = h2f(w[r][b].d) * x[b].d;
-      const float dm = h2f(w[r][b].dmin) * x[b].d;
-      for (int p0 = 0; p0 < 4; p0 += step) {
-        int is = 0, im = 0;
-        for (int s = 2 * p0; s < 2 * (p0 + step); s++) {
-          is += sc[s] * isum[s];
-          im += mn[s] * bs[s];
-        }
-        acc[r] = fma1((float)is, ds, acc[r]);
-        accm[r] = fma1((float)im, dm, accm[r]);
-      }
+      int32_t isum[8];
+      for (int s = 0; s < 8; s++) isum[s] = hsum8i(dot_us(k4_codes(w[r][b].qs, NULL, s), ld32(x[b].qs + 32 * s)));
+      qi_q4k_repack_block(step, sc, mn, isum, bs, f16(w[r][b].d) * x[b].d, f16(w[r][b].dmin) * x[b].d, &acc[r],
+                          &accm[r]);
     }
   }
   for (int r = 0; r < R; r++) out[r] = acc[r] - accm[r];
@@ -277,7 +240,7 @@ static inline __attribute__((always_inline)) void q6k_tokens(const int T, int64_
       }
     }
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[b].scales));
-    const float dw = h2f(w[b].d);
+    const float dw = f16(w[b].d);
     for (int t = 0; t < T; t++) {
       // lane l -= 32 * (bsums[2l] * scales[2l] + bsums[2l+1] * scales[2l+1])
       const __m256i corr = _mm256_madd_epi16(ld32(x[t][b].bsums), sc16);
@@ -285,7 +248,7 @@ static inline __attribute__((always_inline)) void q6k_tokens(const int T, int64_
       acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(x[t][b].d * dw), _mm256_cvtepi32_ps(ln), acc[t]);
     }
   }
-  for (int t = 0; t < T; t++) out[t] = hs8(acc[t]);
+  for (int t = 0; t < T; t++) out[t] = hsum8(acc[t]);
 }
 
 static float dot_q6k(int64_t k, const void *vw, const void *vx) {
@@ -297,27 +260,27 @@ static float dot_q6k(int64_t k, const void *vw, const void *vx) {
 
 // ---- float orders --------------------------------------------------------------------------
 
-static inline __m256 ld8(bool f16, const void *p, int64_t i) {
-  if (f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i)));
+static inline __m256 ld8(bool half, const void *p, int64_t i) {
+  if (half) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i)));
   return _mm256_loadu_ps((const float *)p + i);
 }
 
 // hsum16 of lanes lo (0..7), hi (8..15): a_i + a_{i+8}, then hsum8
-static inline float hs16(__m256 lo, __m256 hi) { return hs8(_mm256_add_ps(lo, hi)); }
+static inline float hs16(__m256 lo, __m256 hi) { return hsum8(_mm256_add_ps(lo, hi)); }
 
 // F32_T16 / F16_T16: 16 lanes, fma per 16 elements (k % 16 == 0)
-static float dot_t16(bool f16, int64_t k, const void *w, const void *x) {
+static float dot_t16(bool half, int64_t k, const void *w, const void *x) {
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
   for (int64_t c = 0; c < k; c += 16) {
-    a0 = _mm256_fmadd_ps(ld8(f16, w, c), ld8(f16, x, c), a0);
-    a1 = _mm256_fmadd_ps(ld8(f16, w, c + 8), ld8(f16, x, c + 8), a1);
+    a0 = _mm256_fmadd_ps(ld8(half, w, c), ld8(half, x, c), a0);
+    a1 = _mm256_fmadd_ps(ld8(half, w, c + 8), ld8(half, x, c + 8), a1);
   }
   return hs16(a0, a1);
 }
 
 // F32_VEC / F16_VEC: 4 x 16 lanes per 64, s0 + s2, s1 + s3, their sum,
 // hsum16; the tails as the reference
-static float dot_v(bool f16, int64_t k, const void *w, const void *x) {
+static float dot_v(bool half, int64_t k, const void *w, const void *x) {
   __m256 s[4][2];
   for (int j = 0; j < 4; j++) s[j][0] = s[j][1] = _mm256_setzero_ps();
   const int64_t np = k & ~(int64_t)63;
@@ -325,16 +288,16 @@ static float dot_v(bool f16, int64_t k, const void *w, const void *x) {
     for (int j = 0; j < 4; j++)
       for (int h = 0; h < 2; h++) {
         const int64_t e = c + 16 * j + 8 * h;
-        s[j][h] = _mm256_fmadd_ps(ld8(f16, w, e), ld8(f16, x, e), s[j][h]);
+        s[j][h] = _mm256_fmadd_ps(ld8(half, w, e), ld8(half, x, e), s[j][h]);
       }
   __m256 t[2];
   for (int h = 0; h < 2; h++) t[h] = _mm256_add_ps(_mm256_add_ps(s[0][h], s[2][h]), _mm256_add_ps(s[1][h], s[3][h]));
   const float head = hs16(t[0], t[1]);
-  if (f16) {
+  if (half) {
     const uint16_t *wh = w, *xh = x;
     double sum = (double)head;
     for (int64_t i = np; i < k; i++) {
-      const float p = h2f(wh[i]) * h2f(xh[i]);
+      const float p = f16(wh[i]) * f16(xh[i]);
       sum = sum + (double)p;
     }
     return (float)sum;
@@ -385,8 +348,8 @@ static inline __attribute__((always_inline)) void r16_q4_0(const int T, const ui
     const __m256 dw[2] = {_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gb)),
                           _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16)))};
     for (int t = 0; t < T; t++) {
-      const __m256i off = _mm256_set1_epi32(8 * hsi8(dot_us(ones8, ld32(x[t][b].qs))));
-      const __m256 dx = _mm256_set1_ps(h2f(x[t][b].d));
+      const __m256i off = _mm256_set1_epi32(8 * hsum8i(dot_us(ones8, ld32(x[t][b].qs))));
+      const __m256 dx = _mm256_set1_ps(f16(x[t][b].d));
       for (int h = 0; h < 2; h++) {
         const __m256i is = _mm256_sub_epi32(_mm256_madd_epi16(s[t][h], ones16), off);
         acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dw[h], dx), acc[t][h]);
@@ -508,10 +471,10 @@ static void l8_2x4(int64_t k, const blk_q8_0 *const *w, const blk_q8_0 *const *x
   for (int64_t b = 0; b < k / 32; b++) {
     const __m256i w0 = ld32(w[0][b].qs), w1 = ld32(w[1][b].qs);
     const __m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
-    const float d0 = h2f(w[0][b].d), d1 = h2f(w[1][b].d);
+    const float d0 = f16(w[0][b].d), d1 = f16(w[1][b].d);
     for (int t = 0; t < 4; t++) {
       const __m256i xv = ld32(x[t][b].qs);
-      const float dx = h2f(x[t][b].d);
+      const float dx = f16(x[t][b].d);
       const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(xv, w0)), ones16);
       const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(xv, w1)), ones16);
       acc[0][t] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * dx), _mm256_cvtepi32_ps(p0), acc[0][t]);
@@ -519,7 +482,7 @@ static void l8_2x4(int64_t k, const blk_q8_0 *const *w, const blk_q8_0 *const *x
     }
   }
   for (int t = 0; t < 4; t++)
-    for (int r = 0; r < 2; r++) Y[(j + t) * ldy + i + r] = hs8(acc[r][t]);
+    for (int r = 0; r < 2; r++) Y[(j + t) * ldy + i + r] = hsum8(acc[r][t]);
 }
 
 // ---- entry points --------------------------------------------------------------------------

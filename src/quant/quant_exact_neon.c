@@ -138,7 +138,7 @@ static float dot_q4k_repack(int step, int64_t k, const void *vw, const void *vx)
   for (int64_t b = 0; b < k / QK_K; b++) {
     uint8_t sc[8], mn[8];
     for (int s = 0; s < 8; s++) qi_scale_min_k4(s, w[b].scales, &sc[s], &mn[s]);
-    int32_t isum[8];  // sub-block s: sum of its 32 codes times the activations
+    int32_t isum[8], bs[8];  // sub-block s: sum of its 32 codes times the activations; of the activations
     for (int p = 0; p < 4; p++) {
       const uint8x16_t q0 = vld1q_u8(w[b].qs + 32 * p), q1 = vld1q_u8(w[b].qs + 32 * p + 16);
       const int8_t *xl = x[b].qs + 64 * p, *xh = xl + 32;
@@ -149,17 +149,8 @@ static float dot_q4k_repack(int step, int64_t k, const void *vw, const void *vx)
       isum[2 * p] = vaddvq_s32(lo);
       isum[2 * p + 1] = vaddvq_s32(hi);
     }
-    const float ds = qi_f16(w[b].d) * x[b].d;
-    const float dm = qi_f16(w[b].dmin) * x[b].d;
-    for (int p0 = 0; p0 < 4; p0 += step) {
-      int is = 0, im = 0;
-      for (int s = 2 * p0; s < 2 * (p0 + step); s++) {
-        is += sc[s] * isum[s];
-        im += mn[s] * (x[b].bsums[2 * s] + x[b].bsums[2 * s + 1]);
-      }
-      acc = __builtin_fmaf((float)is, ds, acc);
-      accm = __builtin_fmaf((float)im, dm, accm);
-    }
+    for (int s = 0; s < 8; s++) bs[s] = x[b].bsums[2 * s] + x[b].bsums[2 * s + 1];
+    qi_q4k_repack_block(step, sc, mn, isum, bs, qi_f16(w[b].d) * x[b].d, qi_f16(w[b].dmin) * x[b].d, &acc, &accm);
   }
   return acc - accm;
 }

@@ -172,17 +172,12 @@ static float dot_q4k_repack(int step, int64_t k, const void *vw, const void *vx)
   for (int64_t b = 0; b < k / QK_K; b++) {
     uint8_t sc[8], mn[8];
     for (int s = 0; s < 8; s++) qi_scale_min_k4(s, w[b].scales, &sc[s], &mn[s]);
-    float ds = qi_f16(w[b].d) * x[b].d;
-    float dm = qi_f16(w[b].dmin) * x[b].d;
-    for (int p0 = 0; p0 < 4; p0 += step) {
-      int is = 0, im = 0;
-      for (int s = 2 * p0; s < 2 * (p0 + step); s++) {
-        is += sc[s] * k4_isum(&w[b], false, x[b].qs, s, 0, 32);
-        im += mn[s] * bsum32(&x[b], s);
-      }
-      acc = fmaf((float)is, ds, acc);
-      accm = fmaf((float)im, dm, accm);
+    int32_t isum[8], bs[8];
+    for (int s = 0; s < 8; s++) {
+      isum[s] = k4_isum(&w[b], false, x[b].qs, s, 0, 32);
+      bs[s] = bsum32(&x[b], s);
     }
+    qi_q4k_repack_block(step, sc, mn, isum, bs, qi_f16(w[b].d) * x[b].d, qi_f16(w[b].dmin) * x[b].d, &acc, &accm);
   }
   return acc - accm;
 }
@@ -344,7 +339,6 @@ void quant_exact_tile_ref(qx_order o, const void *W, size_t wstride, const void 
 
 // ---- entry points ----------------------------------------------------------------------------
 
-bool quant_exact_have_simd(void) { return quant_level() == QUANT_ISA_EXACT_SIMD; }
 
 // The order of token j of a matmul over n_tok tokens: as in a mul_mat of its
 // own segment's tokens (op->seg_ends) when the tokens are several sequences'.

@@ -143,6 +143,24 @@ static inline void qi_k4_scales(const uint8_t *p, uint64_t *sc, uint64_t *mn) {
   *mn = m_lo | (uint64_t)m_hi << 32;
 }
 
+// One q4_K block in llama.cpp's repack order (quant_exact.h: Q4_K_V256 with
+// step 4, V64 with step 1), shared by the scalar reference and its twins:
+// for each run of `step` sub-block pairs, acc += (sum sc*isum) * ds and
+// accm += (sum mn*bsum) * dm, fused. isum[s]: the sub-block's integer dot,
+// bs[s]: the sum of its activations. The caller's result is acc - accm.
+static inline void qi_q4k_repack_block(int step, const uint8_t sc[8], const uint8_t mn[8], const int32_t isum[8],
+                                       const int32_t bs[8], float ds, float dm, float *acc, float *accm) {
+  for (int p0 = 0; p0 < 4; p0 += step) {
+    int32_t is = 0, im = 0;
+    for (int s = 2 * p0; s < 2 * (p0 + step); s++) {
+      is += sc[s] * isum[s];
+      im += mn[s] * bs[s];
+    }
+    *acc = __builtin_fmaf((float)is, ds, *acc);
+    *accm = __builtin_fmaf((float)im, dm, *accm);
+  }
+}
+
 // ---- kernels per ISA --------------------------------------------------------
 // Every entry below has the signature of quant_to_float_fn / quant_from_float_fn
 // / quant_vec_dot_fn. The ref set is complete; SIMD sets fill what they speed up.
