@@ -79,6 +79,26 @@ done
 run mixtral 3 hmp --one-by-one && compare "$T/ref.f32" "$T/out.f32" 1e-4 "mixtral hmp N=3 one by one"
 run mixtral 2 tp --one-by-one --expert-budget 30% --io pread && compare "$T/ref.f32" "$T/out.f32" 1e-4 "mixtral tp N=2 offloaded"
 
+# waits that nap (MOLE_DIST_WAIT=nap, what a rank under a CPU quota does)
+# on rank 1 only: every rank must still use the same kind of collective
+# (a blocking one does not match a non-blocking one: the run would hang)
+cat > "$T/nap1.sh" << 'EOF'
+#!/usr/bin/env bash
+[ "$OMPI_COMM_WORLD_RANK" = 1 ] && export MOLE_DIST_WAIT=nap
+exec "$@"
+EOF
+chmod +x "$T/nap1.sh"
+for mode in "tp" "hmp" "hmp --no-overlap"; do
+  # shellcheck disable=SC2086
+  timeout 120 "${MPI[@]}" -np 3 "$T/nap1.sh" "$MOLE" logits -m "$M/mixtral.gguf" --tokens "$TOK" -o "$T/out.f32" \
+    --kv-type f32 -t 1 --one-by-one --parallel $mode > "$T/mpi.log" 2>&1 || { cat "$T/mpi.log" >&2; fail "rank 1 napping, $mode"; }
+  compare "$T/ref.f32" "$T/out.f32" 1e-4 "mixtral $mode N=3, rank 1 naps"
+done
+if "${MPI[@]}" -np 2 -x MOLE_DIST_WAIT=doze "$MOLE" logits -m "$M/mixtral.gguf" --tokens 1 -o "$T/x" --parallel hmp > "$T/err" 2>&1; then
+  fail "MOLE_DIST_WAIT=doze"
+fi
+grep -q "MOLE_DIST_WAIT=doze: expected spin, nap or auto" "$T/err" || fail "MOLE_DIST_WAIT message: $(cat "$T/err")"
+
 # only rank 0 prints
 "${MPI[@]}" -np 3 "$MOLE" run -m "$M/mixtral.gguf" --tokens 1,2,3 --ids -n 4 --seed 1 -t 1 --parallel hmp > "$T/run.out" 2> "$T/run.err" ||
   fail "mole run under mpirun"

@@ -406,7 +406,7 @@ static void test_mem_probe(void **state) {
   snprintf(p_self, sizeof p_self, "%s/self_cgroup", g_dir);
   snprintf(p_v1, sizeof p_v1, "%s/v1", g_dir);
   snprintf(p_v2, sizeof p_v2, "%s/v2", g_dir);
-  experts_mem_paths paths = {p_mem, p_self, p_v1, p_v2};
+  experts_mem_paths paths = {p_mem, p_self, p_v1, p_v2, NULL};
   experts_mem_info mi;
   experts_mem_probe(&paths, &mi);
   assert_true(mi.mem_available == (int64_t)8000000 * 1024);
@@ -432,6 +432,24 @@ static void test_mem_probe(void **state) {
   // the real system: something sensible
   experts_mem_probe(NULL, &mi);
   assert_true(mi.available > 0);
+  // CPU quota: v1 (cpu,cpuacct) walks up to the tightest, v2 when tighter
+  char p_cpu[300];
+  snprintf(p_cpu, sizeof p_cpu, "%s/cpu", g_dir);
+  paths.cgroup_v1_cpu = p_cpu;
+  put("self_cgroup", "12:cpu,cpuacct:/a/b\n4:memory:/box\n0::/svc\n");
+  put("cpu/cpu.cfs_quota_us", "-1\n");
+  put("cpu/cpu.cfs_period_us", "100000\n");
+  put("cpu/a/cpu.cfs_quota_us", "50000\n");
+  put("cpu/a/cpu.cfs_period_us", "100000\n");
+  put("cpu/a/b/cpu.cfs_quota_us", "150000\n");
+  put("cpu/a/b/cpu.cfs_period_us", "100000\n");
+  put("v2/svc/cpu.max", "max 100000\n");
+  assert_true(fabs(experts_cpu_quota(&paths) - 0.5) < 1e-9);
+  put("v2/svc/cpu.max", "30000 100000\n");
+  assert_true(fabs(experts_cpu_quota(&paths) - 0.3) < 1e-9);
+  put("self_cgroup", "12:cpu,cpuacct:/\n0::/\n");
+  assert_true(experts_cpu_quota(&paths) == 0);
+  assert_true(experts_cpu_quota(NULL) >= 0);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
   assert_int_equal(system(cmd), 0);

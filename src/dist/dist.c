@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "experts/budget.h"
 #include "kv/kv.h"
 #include "model/model.h"
 
@@ -47,6 +48,8 @@ struct dist_ctx {
   int rank, size;
   mole_parallel mode;
   bool overlap;
+  bool nap;  // in-pass waits nap (under a CPU quota) instead of spinning
+  bool nbc;  // some rank naps: non-blocking collectives on every rank (they do not match blocking ones)
   double seq_w[MAX_RANKS];       // sequence share of each rank (hmp)
   int64_t voc0[MAX_RANKS + 1];   // vocabulary rows of each rank
   mole_model *m;
@@ -71,22 +74,51 @@ static int g_rank, g_size = 1;
 // as long each time up to max_nap_us. Within a forward pass the ranks keep
 // MPI's spinning waits: sleeping there added latency when ranks share cores
 // (decode at N = 4 on 2 cores: 6.5 -> 11.3 ms per token in bench/dist.sh).
+// Except under a CPU quota (a cgroup giving the process fewer cores than
+// threads, or MOLE_DIST_WAIT=nap): there a spinning wait spends the quota
+// the next block needs, and the rank is then throttled while the others
+// wait for it, so its in-pass waits nap from the start (d->nap).
 enum { WAIT_SPIN_US = 100, WAIT_NAP_PASS_US = DIST_NAP_PASS_US, WAIT_NAP_IDLE_US = DIST_NAP_IDLE_US };
 
-void dist_wait_for(MPI_Request *rq, int n, int max_nap_us) {
+static void wait_spin_nap(MPI_Request *rq, int n, int spin_us, int max_nap_us) {
   int done = 0;
   MPI_Testall(n, rq, &done, MPI_STATUSES_IGNORE);
   if (done) return;
   const double t0 = MPI_Wtime();
   long nap_us = 10;
   while (!done) {
-    if (MPI_Wtime() - t0 > WAIT_SPIN_US * 1e-6) {
+    if (MPI_Wtime() - t0 > spin_us * 1e-6) {
       const struct timespec ts = {0, nap_us * 1000};
       nanosleep(&ts, NULL);
       nap_us = MOLE_MIN(2 * nap_us, (long)max_nap_us);
     }
     MPI_Testall(n, rq, &done, MPI_STATUSES_IGNORE);
   }
+}
+
+void dist_wait_for(MPI_Request *rq, int n, int max_nap_us) { wait_spin_nap(rq, n, WAIT_SPIN_US, max_nap_us); }
+
+// In-pass waits: MPI's spinning wait, or naps under a CPU quota.
+static void pass_wait(const dist_ctx *d, MPI_Request *rq, int n) {
+  if (d->nap)
+    wait_spin_nap(rq, n, 0, WAIT_NAP_PASS_US);
+  else
+    MPI_Waitall(n, rq, MPI_STATUSES_IGNORE);
+}
+
+// MOLE_DIST_WAIT=spin|nap|auto (auto: nap under a CPU quota of fewer cores
+// than threads).
+static mole_status wait_mode(int n_threads, bool *nap) {
+  const char *e = getenv("MOLE_DIST_WAIT");
+  if (!e || !*e || !strcmp(e, "auto")) {
+    const double quota = experts_cpu_quota(NULL);
+    *nap = quota > 0 && quota < n_threads;
+    return MOLE_OK;
+  }
+  if (strcmp(e, "spin") && strcmp(e, "nap"))
+    return mole_errorf(MOLE_ERR_ARG, "MOLE_DIST_WAIT=%s: expected spin, nap or auto", e);
+  *nap = !strcmp(e, "nap");
+  return MOLE_OK;
 }
 
 mole_status mole_dist_init(int *argc, char ***argv) {
@@ -147,7 +179,13 @@ static void token_split(void *v, int64_t n, int rank, int64_t *t0, int64_t *t1) 
 
 static void allreduce(void *v, void *buf, int64_t n, bool f64) {
   dist_ctx *d = v;
-  MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, d->comm);
+  if (d->nbc) {
+    MPI_Request rq;
+    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, d->comm, &rq);
+    pass_wait(d, &rq, 1);
+  } else {
+    MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, d->comm);
+  }
   // a ring all-reduce sends 2 (N-1)/N of the buffer from each rank
   d->counts.allreduce_bytes += 2 * (d->size - 1) * n * (f64 ? 8 : 4) / d->size;
   d->counts.allreduce_calls++;
@@ -170,7 +208,13 @@ static void allgather(void *v, float *x, int64_t n, int64_t row, model_rows_fn o
   d->counts.allgather_calls++;
   d->counts.allgather_bytes += (int64_t)cnt[r] * 4 * (N - 1);
   if (!d->overlap || !on_rows) {
-    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, x, cnt, dsp, MPI_FLOAT, d->comm);
+    if (d->nbc) {
+      MPI_Request rq;
+      MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, x, cnt, dsp, MPI_FLOAT, d->comm, &rq);
+      pass_wait(d, &rq, 1);
+    } else {
+      MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, x, cnt, dsp, MPI_FLOAT, d->comm);
+    }
     if (on_rows) on_rows(user, 0, n);
     return;
   }
@@ -185,7 +229,7 @@ static void allgather(void *v, float *x, int64_t n, int64_t row, model_rows_fn o
       MPI_Irecv(x + dsp[nb], cnt[nb], MPI_FLOAT, (r - 1 + N) % N, 100 + s, d->comm, &rq[nrq++]);
     }
     if (cnt[b] > 0) on_rows(user, dsp[b] / row, (dsp[b] + cnt[b]) / row);
-    MPI_Waitall(nrq, rq, MPI_STATUSES_IGNORE);
+    pass_wait(d, rq, nrq);
   }
 }
 
@@ -200,7 +244,13 @@ static void reduce_scatter(void *v, float *y, int64_t n, int64_t row, model_rows
     if (make_rows) make_rows(user, 0, n);
     // in place: this rank's block of the sums into its place
     d->tmp = grow(d->tmp, &d->tmp_cap, (size_t)MOLE_MAX(cnt[r], 1) * sizeof(float));
-    MPI_Reduce_scatter(y, d->tmp, cnt, MPI_FLOAT, MPI_SUM, d->comm);
+    if (d->nbc) {
+      MPI_Request rq;
+      MPI_Ireduce_scatter(y, d->tmp, cnt, MPI_FLOAT, MPI_SUM, d->comm, &rq);
+      pass_wait(d, &rq, 1);
+    } else {
+      MPI_Reduce_scatter(y, d->tmp, cnt, MPI_FLOAT, MPI_SUM, d->comm);
+    }
     memcpy(y + dsp[r], d->tmp, (size_t)cnt[r] * sizeof(float));
     return;
   }
@@ -218,10 +268,10 @@ static void reduce_scatter(void *v, float *y, int64_t n, int64_t row, model_rows
     MPI_Request rq;
     MPI_Irecv(d->tmp, cnt[k], MPI_FLOAT, (r - 1 + N) % N, 200 + s - 1, d->comm, &rq);
     if (cnt[k] > 0) make_rows(user, dsp[k] / row, (dsp[k] + cnt[k]) / row);
-    MPI_Wait(&rq, MPI_STATUS_IGNORE);
+    pass_wait(d, &rq, 1);
     float *yk = y + dsp[k];
     for (int i = 0; i < cnt[k]; i++) yk[i] += d->tmp[i];
-    MPI_Wait(&sq, MPI_STATUS_IGNORE);
+    pass_wait(d, &sq, 1);
     if (s < N - 1) MPI_Isend(yk, cnt[k], MPI_FLOAT, (r + 1) % N, 200 + s, d->comm, &sq);
   }
 }
@@ -239,7 +289,13 @@ static void gather_logits(void *v, const float *local, int64_t n, int64_t v_loca
   d->counts.logits_bytes += d->rank ? (int64_t)cnt[d->rank] * 4 : 0;
   float *all = NULL;
   if (d->rank == 0) all = d->tmp = grow(d->tmp, &d->tmp_cap, (size_t)MOLE_MAX(tot, 1) * sizeof(float));
-  MPI_Gatherv(local, cnt[d->rank], MPI_FLOAT, all, cnt, dsp, MPI_FLOAT, 0, d->comm);
+  if (d->nbc) {
+    MPI_Request rq;
+    MPI_Igatherv(local, cnt[d->rank], MPI_FLOAT, all, cnt, dsp, MPI_FLOAT, 0, d->comm, &rq);
+    pass_wait(d, &rq, 1);
+  } else {
+    MPI_Gatherv(local, cnt[d->rank], MPI_FLOAT, all, cnt, dsp, MPI_FLOAT, 0, d->comm);
+  }
   if (d->rank != 0) return;
   const int64_t V = d->voc0[d->size];
   for (int r = 0; r < d->size; r++) {
@@ -400,9 +456,12 @@ mole_status mole_dist_model_load(const char *path, const mole_model_params *para
   if (p.n_threads == 0) p.n_threads = dist_default_threads();
   if (p.disagg_attn > 0 || p.disagg_expert > 0) return disagg_model_load(path, &p, out);
   if (p.parallel == MOLE_PARALLEL_NONE) p.parallel = MOLE_PARALLEL_HMP;
+  bool nap = false;
+  mole_status st = wait_mode(p.n_threads, &nap);
+  if (st) return st;
   dist_weights w;
   for (int r = 0; r < g_size; r++) w.heads[r] = w.ffn[r] = w.seq[r] = w.vocab[r] = 1.0;
-  mole_status st = p.plan ? read_plan(p.plan, g_size, &w, &p.parallel) : MOLE_OK;
+  st = p.plan ? read_plan(p.plan, g_size, &w, &p.parallel) : MOLE_OK;
   if (st) return st;
   // the shard needs the hparams and the tensor types: a first look at the file
   mole_model *probe;
@@ -430,6 +489,10 @@ mole_status mole_dist_model_load(const char *path, const mole_model_params *para
   d->size = g_size;
   d->mode = p.parallel;
   d->overlap = !p.no_overlap;
+  d->nap = nap;
+  int any = nap;
+  MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_LOR, d->comm);
+  d->nbc = any;
   d->m = m;
   for (int r = 0; r < g_size; r++) d->seq_w[r] = w.seq[r];
   m->comm = (model_comm){.ctx = d,

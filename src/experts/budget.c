@@ -1,4 +1,5 @@
-// The expert budget: size strings, MemAvailable and cgroup v1/v2 limits.
+// The expert budget: size strings, MemAvailable and cgroup v1/v2 limits;
+// also the cgroup CPU quota (dist's waits).
 #include "experts/budget.h"
 
 #include <ctype.h>
@@ -100,9 +101,9 @@ static int64_t read_keyed(const char *path, const char *key, int64_t mul) {
   return v;
 }
 
-// The cgroup path of this process for v1's memory controller (v2 = false) or
-// the unified hierarchy (v2 = true), from /proc/self/cgroup.
-static bool cgroup_path(const char *self, bool v2, char *out, size_t n) {
+// The cgroup path of this process for v1's controller `ctrl` (v2 = false)
+// or the unified hierarchy (v2 = true), from /proc/self/cgroup.
+static bool cgroup_path(const char *self, bool v2, const char *ctrl, char *out, size_t n) {
   FILE *f = fopen(self, "r");
   if (!f) return false;
   char line[1024];
@@ -119,7 +120,7 @@ static bool cgroup_path(const char *self, bool v2, char *out, size_t n) {
     } else {
       char buf[256];
       snprintf(buf, sizeof buf, "%s", ctrls);
-      for (char *tok = strtok(buf, ","); tok && !found; tok = strtok(NULL, ",")) found = !strcmp(tok, "memory");
+      for (char *tok = strtok(buf, ","); tok && !found; tok = strtok(NULL, ",")) found = !strcmp(tok, ctrl);
     }
     if (found) snprintf(out, n, "%s", path);
   }
@@ -169,12 +170,69 @@ void experts_mem_probe(const experts_mem_paths *paths, experts_mem_info *out) {
   out->cgroup_used = 0;
   snprintf(out->source, sizeof out->source, "MemAvailable");
   char path[1024];
-  if (cgroup_path(p.self_cgroup, false, path, sizeof path)) cgroup_walk(p.cgroup_v1, path, false, out);
-  if (cgroup_path(p.self_cgroup, true, path, sizeof path)) cgroup_walk(p.cgroup_v2, path, true, out);
+  if (cgroup_path(p.self_cgroup, false, "memory", path, sizeof path)) cgroup_walk(p.cgroup_v1, path, false, out);
+  if (cgroup_path(p.self_cgroup, true, "", path, sizeof path)) cgroup_walk(p.cgroup_v2, path, true, out);
   out->available = out->mem_available;
   if (out->cgroup_limit >= 0) {
     int64_t cg = MOLE_MAX(out->cgroup_limit - out->cgroup_used, 0);
     if (out->available < 0 || cg < out->available) out->available = cg;
     else snprintf(out->source, sizeof out->source, "MemAvailable");
   }
+}
+
+// ---- CPU quota ---------------------------------------------------------------
+
+// The tightest quota/period from dir up to root: v1's cpu.cfs_quota_us and
+// cpu.cfs_period_us (quota -1 = none), v2's cpu.max ("max 100000" = none).
+static double cpu_walk(const char *root, const char *path, bool v2) {
+  char dir[1024], file[1100];
+  snprintf(dir, sizeof dir, "%s%s%s", root, path[0] == '/' ? "" : "/", path);
+  const size_t rl = strlen(root);
+  double best = 0;
+  for (;;) {
+    size_t dl = strlen(dir);
+    while (dl > rl && dir[dl - 1] == '/') dir[--dl] = 0;
+    double q = -1, per = -1;
+    if (v2) {
+      snprintf(file, sizeof file, "%s/cpu.max", dir);
+      FILE *f = fopen(file, "r");
+      if (f) {
+        long long a, b;
+        if (fscanf(f, "%lld %lld", &a, &b) == 2) q = (double)a, per = (double)b;
+        fclose(f);
+      }
+    } else {
+      snprintf(file, sizeof file, "%s/cpu.cfs_quota_us", dir);
+      FILE *f = fopen(file, "r");
+      long long a;
+      if (f && fscanf(f, "%lld", &a) == 1) q = (double)a;
+      if (f) fclose(f);
+      snprintf(file, sizeof file, "%s/cpu.cfs_period_us", dir);
+      per = (double)read_i64_file(file);
+    }
+    if (q > 0 && per > 0 && (best == 0 || q / per < best)) best = q / per;
+    if (dl <= rl) break;
+    char *slash = strrchr(dir + rl, '/');
+    if (!slash) break;
+    *slash = 0;
+  }
+  return best;
+}
+
+double experts_cpu_quota(const experts_mem_paths *paths) {
+  experts_mem_paths p = paths ? *paths : (experts_mem_paths){0};
+  if (!p.self_cgroup) p.self_cgroup = "/proc/self/cgroup";
+  if (!p.cgroup_v2) p.cgroup_v2 = access("/sys/fs/cgroup/cgroup.controllers", R_OK) == 0 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/unified";
+  char path[1024];
+  double best = 0;
+  if (cgroup_path(p.self_cgroup, false, "cpu", path, sizeof path)) {
+    // v1's cpu controller is mounted alone or together with cpuacct
+    const char *roots[] = {p.cgroup_v1_cpu ? p.cgroup_v1_cpu : "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"};
+    for (int i = 0; i < (p.cgroup_v1_cpu ? 1 : 2) && best == 0; i++) best = cpu_walk(roots[i], path, false);
+  }
+  if (cgroup_path(p.self_cgroup, true, "", path, sizeof path)) {
+    double q = cpu_walk(p.cgroup_v2, path, true);
+    if (q > 0 && (best == 0 || q < best)) best = q;
+  }
+  return best;
 }

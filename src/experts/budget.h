@@ -19,6 +19,7 @@ typedef struct experts_mem_paths {
   const char *self_cgroup;  // "/proc/self/cgroup"
   const char *cgroup_v1;    // v1 memory controller mount: "/sys/fs/cgroup/memory"
   const char *cgroup_v2;    // v2 mount: "/sys/fs/cgroup" (or "/sys/fs/cgroup/unified")
+  const char *cgroup_v1_cpu;  // v1 cpu controller mount: "/sys/fs/cgroup/cpu" (or cpu,cpuacct)
 } experts_mem_paths;
 
 typedef struct experts_mem_info {
@@ -31,6 +32,11 @@ typedef struct experts_mem_info {
 
 // Fills *out; never fails (unknown values are -1).
 void experts_mem_probe(const experts_mem_paths *paths, experts_mem_info *out);
+
+// The CPU quota of this process's cgroup (v1 cfs quota / period, v2
+// cpu.max), in cores, the tightest on its path: 0.35 for 35% of a core;
+// 0 when there is none. Never fails.
+double experts_cpu_quota(const experts_mem_paths *paths);
 
 // "1.5 GiB", "512.0 MiB", "12 KiB", "100 B" into buf; returns buf.
 const char *experts_fmt_bytes(char *buf, size_t n, double bytes);
