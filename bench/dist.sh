@@ -156,20 +156,19 @@ for n in 2 4; do
   bytes1 "$n" hmp+overlap --parallel hmp
 done
 
-# 100mbit-eager: the same link with Open MPI's TCP eager limit raised to 4 MiB
-# (default 64 KiB): larger messages then need no rendezvous, which only
-# progresses inside MPI calls; tp's MPI_Allreduce of a prompt's rows gains
-# most from it
+# 100mbit-rndv: the same link with Open MPI's own TCP defaults (eager limit
+# 64 KiB; mole raises it to 4 MiB unless told otherwise): larger messages
+# then go by rendezvous, which only progresses inside MPI calls
 MPI_SAVED=("${MPI[@]}")
-for link in none 1gbit 100mbit 100mbit-eager; do
+for link in none 1gbit 100mbit 100mbit-rndv; do
   MPI=("${MPI_SAVED[@]}")
   case $link in
     none) shape "" ;;
     1gbit) shape 1gbit 16kb ;;
     100mbit) shape 100mbit 4kb ;;
-    100mbit-eager)
+    100mbit-rndv)
       shape 100mbit 4kb
-      MPI+=(--mca btl_tcp_eager_limit 4194304 --mca btl_tcp_rndv_eager_limit 4194304 --mca btl_tcp_max_send_size 4194304)
+      MPI+=(--mca btl_tcp_eager_limit 65536 --mca btl_tcp_rndv_eager_limit 65536 --mca btl_tcp_max_send_size 131072)
       ;;
   esac
   for n in 2 4; do
@@ -179,6 +178,16 @@ for link in none 1gbit 100mbit 100mbit-eager; do
   done
 done
 MPI=("${MPI_SAVED[@]}")
+# mole plan on the slow link: it puts the whole vocabulary on the root when
+# gathering the logits' rows over the link costs more than streaming the
+# output matrix there alone (half of a decode token's bytes are those rows)
+shape 100mbit 4kb
+"${MPI[@]}" -np 2 "$WRAP" "$MOLE" plan -m "$M" -t 1 -o "$(realpath "$OUT")/dist-plan-slow.json" 2> "$OUT/dist-err.log" ||
+  { cat "$OUT/dist-err.log" >&2; exit 1; }
+python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); print("plan on 100 Mbit/s: vocabulary", j["vocabulary"], file=sys.stderr)' \
+  "$OUT/dist-plan-slow.json"
+bench1 100mbit-plan 2 tp --parallel tp --plan "$(realpath "$OUT")/dist-plan-slow.json"
+bench1 100mbit-plan 2 hmp+overlap --parallel hmp --plan "$(realpath "$OUT")/dist-plan-slow.json"
 shape ""
 
 # unequal speed: rank 1 gets 35% of a core

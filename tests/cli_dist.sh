@@ -79,6 +79,12 @@ done
 run mixtral 3 hmp --one-by-one && compare "$T/ref.f32" "$T/out.f32" 1e-4 "mixtral hmp N=3 one by one"
 run mixtral 2 tp --one-by-one --expert-budget 30% --io pread && compare "$T/ref.f32" "$T/out.f32" 1e-4 "mixtral tp N=2 offloaded"
 
+# the whole vocabulary on the root (what mole plan picks on a slow link):
+# the others compute no logits and nothing is gathered
+printf '{"mode": "hmp", "ranks": [{"heads": 1, "ffn": 1, "seq": 1, "vocab": 1}, {"heads": 1, "ffn": 1, "seq": 1, "vocab": 0}, {"heads": 1, "ffn": 2, "seq": 1, "vocab": 0}]}' > "$T/planv.json"
+run mixtral 3 hmp --one-by-one --plan "$T/planv.json" && compare "$T/ref.f32" "$T/out.f32" 1e-4 "mixtral hmp N=3 vocabulary on the root"
+run mixtral 3 tp --one-by-one --plan "$T/planv.json" && compare "$T/ref.f32" "$T/out.f32" 1e-4 "mixtral tp N=3 vocabulary on the root"
+
 # waits that nap (MOLE_DIST_WAIT=nap, what a rank under a CPU quota does)
 # on rank 1 only: every rank must still use the same kind of collective
 # (a blocking one does not match a non-blocking one: the run would hang)

@@ -121,8 +121,21 @@ static mole_status wait_mode(int n_threads, bool *nap) {
   return MOLE_OK;
 }
 
+// Open MPI's TCP transport sends a message over its eager limit (64 KiB by
+// default) by rendezvous, which moves only inside MPI calls: on a slow link
+// a prompt's all-reduce or ring step then waited for it (bench/dist.sh, 100
+// Mbit/s, N = 2: tp prompt 11.7 -> 6.6 ms per token, and hmp with uneven
+// token shares 8.7 -> 6.7, with the limit at 4 MiB). Raised here unless the
+// user set them (mpirun --mca ..., or OMPI_MCA_* in the environment).
+static void tcp_defaults(void) {
+  setenv("OMPI_MCA_btl_tcp_eager_limit", "4194304", 0);
+  setenv("OMPI_MCA_btl_tcp_rndv_eager_limit", "4194304", 0);
+  setenv("OMPI_MCA_btl_tcp_max_send_size", "4194304", 0);
+}
+
 mole_status mole_dist_init(int *argc, char ***argv) {
   if (g_inited) return MOLE_OK;
+  tcp_defaults();
   int prov = 0;
   // serialized: the server calls MPI from its engine thread, one thread at a time
   if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &prov) != MPI_SUCCESS)
@@ -455,14 +468,14 @@ mole_status mole_dist_model_load(const char *path, const mole_model_params *para
     return mole_errorf(MOLE_ERR_ARG, "threads: %d is out of range (0 = the cores shared by the processes here)", p.n_threads);
   if (p.n_threads == 0) p.n_threads = dist_default_threads();
   if (p.disagg_attn > 0 || p.disagg_expert > 0) return disagg_model_load(path, &p, out);
-  if (p.parallel == MOLE_PARALLEL_NONE) p.parallel = MOLE_PARALLEL_HMP;
   bool nap = false;
   mole_status st = wait_mode(p.n_threads, &nap);
   if (st) return st;
   dist_weights w;
   for (int r = 0; r < g_size; r++) w.heads[r] = w.ffn[r] = w.seq[r] = w.vocab[r] = 1.0;
-  st = p.plan ? read_plan(p.plan, g_size, &w, &p.parallel) : MOLE_OK;
+  st = p.plan ? read_plan(p.plan, g_size, &w, &p.parallel) : MOLE_OK;  // its mode unless --parallel says
   if (st) return st;
+  if (p.parallel == MOLE_PARALLEL_NONE) p.parallel = MOLE_PARALLEL_HMP;
   // the shard needs the hparams and the tensor types: a first look at the file
   mole_model *probe;
   model_shard whole = {0};
@@ -499,6 +512,7 @@ mole_status mole_dist_model_load(const char *path, const mole_model_params *para
                          .rank = g_rank,
                          .size = g_size,
                          .hmp = p.parallel == MOLE_PARALLEL_HMP,
+                         .root_vocab = d->voc0[1] - d->voc0[0] == d->voc0[g_size],
                          .token_split = token_split,
                          .allreduce = allreduce,
                          .allgather = allgather,

@@ -5,8 +5,11 @@
 // ping-pong). Rank 0 then gives each rank shares of heads, FFN columns,
 // vocabulary rows and (hmp) tokens in proportion to its speed, so that all
 // finish a step together, moving share from a rank whose share would not fit
-// its memory to the others; it writes the plan (JSON, read by --plan) with
-// the profiles and the predicted time per token.
+// its memory to the others. The vocabulary projection goes whole to the
+// root when streaming it there alone is faster than gathering every rank's
+// rows of the logits over its link each token (a slow link), memory
+// allowing. It writes the plan (JSON, read by --plan) with the profiles and
+// the predicted time per token.
 #include <cjson/cJSON.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -193,6 +196,20 @@ mole_status mole_dist_plan(const char *path, const mole_model_params *params, co
   for (int r = 0; r < size; r++) fixed[r] = (double)replicated + 64.0 * 1048576.0;
   const bool fits = fit_shares(all, size, shardable, fixed, w);
   const bool hmp = params->parallel != MOLE_PARALLEL_TP;
+  // The vocabulary projection: split like the rest, each rank's rows of the
+  // logits then crossing its link to the root every token (V/N floats: on a
+  // slow link the largest message of a decode step), or all of it on the
+  // root, which then streams the whole matrix alone. Whichever is faster,
+  // when the root's memory allows.
+  const double out_bytes = (double)quant_row_size(m->output.type, hp->n_embd) * (double)hp->n_vocab;
+  double t_split = 0, t_gather = 0;
+  for (int r = 0; r < size; r++) {
+    t_split = MOLE_MAX(t_split, w[r] * out_bytes / (all[r].decode_gbs * 1e9));
+    if (r) t_gather = MOLE_MAX(t_gather, w[r] * (double)hp->n_vocab * 4.0 / (all[r].link_gbs * 1e9) + all[r].link_lat_us * 1e-6);
+  }
+  const double t_root = out_bytes / (all[0].decode_gbs * 1e9);
+  const bool root_mem = all[0].mem_bytes <= 0 || fixed[0] + w[0] * shardable + (1.0 - w[0]) * out_bytes <= all[0].mem_bytes;
+  const bool root_vocab = t_root < t_split + t_gather && root_mem;
   cJSON *root = cJSON_CreateObject(), *ranks = cJSON_AddArrayToObject(root, "ranks");
   cJSON_AddStringToObject(root, "model", path);
   cJSON_AddStringToObject(root, "mode", hmp ? "hmp" : "tp");
@@ -201,7 +218,7 @@ mole_status mole_dist_plan(const char *path, const mole_model_params *params, co
     cJSON *e = cJSON_CreateObject();
     cJSON_AddNumberToObject(e, "heads", w[r]);
     cJSON_AddNumberToObject(e, "ffn", w[r]);
-    cJSON_AddNumberToObject(e, "vocab", w[r]);
+    cJSON_AddNumberToObject(e, "vocab", root_vocab ? (r == 0 ? 1.0 : 0.0) : w[r]);
     cJSON_AddNumberToObject(e, "seq", hmp ? w[r] : 1.0);
     cJSON *pr = cJSON_AddObjectToObject(e, "profile");
     cJSON_AddNumberToObject(pr, "decode_gbs", all[r].decode_gbs);
@@ -213,12 +230,20 @@ mole_status mole_dist_plan(const char *path, const mole_model_params *params, co
       lat = MOLE_MAX(lat, all[r].link_lat_us);
       bw = MOLE_MIN(bw, all[r].link_gbs);
     }
-    cJSON_AddNumberToObject(e, "weight_bytes", fixed[r] + w[r] * shardable);
+    const double vocab_move = root_vocab ? (r == 0 ? (1.0 - w[r]) : -w[r]) * out_bytes : 0.0;
+    cJSON_AddNumberToObject(e, "weight_bytes", fixed[r] + w[r] * shardable + vocab_move);
     cJSON_AddItemToArray(ranks, e);
     worst = MOLE_MAX(worst, w[r] * (double)mole_model_active_bytes(m) / (all[r].decode_gbs * 1e9));
   }
-  // a decode token: the slowest share's weights, plus 4 collectives of a row per layer
+  // a decode token: the slowest share's weights, plus 4 collectives of a row
+  // per layer, plus the logits (gathered, or the root's whole vocabulary)
   const double comm_s = (double)hp->n_layer * 4.0 * ((double)(size - 1) * (double)hp->n_embd * 4.0 / (bw * 1e9) + lat * 1e-6);
+  worst += root_vocab ? t_root - t_split : t_gather;
+  cJSON *vo = cJSON_AddObjectToObject(root, "vocabulary");
+  cJSON_AddStringToObject(vo, "placed", root_vocab ? "root" : "split");
+  cJSON_AddNumberToObject(vo, "split_ms", 1e3 * (t_split + t_gather));
+  cJSON_AddNumberToObject(vo, "root_ms", 1e3 * t_root);
+  cJSON_AddBoolToObject(vo, "root_fits", root_mem);
   cJSON *pred = cJSON_AddObjectToObject(root, "predicted");
   cJSON_AddNumberToObject(pred, "decode_ms_per_token", 1e3 * (worst + comm_s));
   cJSON_AddNumberToObject(pred, "compute_ms", 1e3 * worst);

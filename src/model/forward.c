@@ -956,6 +956,7 @@ static mole_status forward_end(mole_model *m, model_scratch *s, const model_seg 
     m->comm.allgather(m->comm.ctx, s->xn, n, E, NULL, NULL);
     memcpy(s->x, s->xn, (size_t)(n * E) * sizeof(float));
   }
+  if (m->comm.root_vocab && m->comm.rank != 0) return MOLE_OK;  // no gather: the root has every row
   // the vocabulary projection of the tokens that want logits, each
   // sequence's as a mul_mat of its own
   for (int64_t r = 0; r < no; r++) ops_rmsnorm(s->xn + r * E, s->x + s->out_tok[r] * E, m->output_norm, E, hp->rms_eps);

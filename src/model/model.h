@@ -112,6 +112,7 @@ typedef struct model_comm {
   void *ctx;
   int rank, size;
   bool hmp;  // norms and residual adds split by tokens (Galaxy); else replicated (Megatron)
+  bool root_vocab;  // the root holds every vocabulary row: it computes the logits alone, the others none
   // rows [*t0, *t1) of a batch of n tokens that process `rank` holds (hmp)
   void (*token_split)(void *ctx, int64_t n, int rank, int64_t *t0, int64_t *t1);
   // sum over the processes, in place (f32 or f64 elements)
