@@ -85,5 +85,20 @@ print("quota plan: shares %.2f / %.2f, decode %.1f / %.1f GB/s" % (r0["heads"], 
       r1["profile"]["decode_gbs"]))
 sys.exit(0 if r1["heads"] < 0.4 and r1["profile"]["decode_gbs"] < 0.6 * r0["profile"]["decode_gbs"] else 1)
 PY
+  # the plan runs, rank 1 napping in its waits (it sees its quota) while rank 0
+  # spins: the same logits as one process (non-blocking collectives on both)
+  TOK=$(seq -s, 1 3 70)
+  "$MOLE" logits -m "$M" --tokens "$TOK" -o "$T/ref.f32" --kv-type f32 -t 1 > /dev/null 2>&1 || fail "logits, one process"
+  timeout 120 "${MPI[@]}" -np 2 "$T/wrap.sh" "$MOLE" logits -m "$M" --tokens "$TOK" -o "$T/out.f32" --kv-type f32 -t 1 \
+    --parallel hmp --plan "$T/plan.json" > "$T/run.log" 2>&1 || { cat "$T/run.log" >&2; fail "logits with the plan under a quota"; }
+  python3 - "$T/ref.f32" "$T/out.f32" << 'PY' || fail "logits under a quota differ from one process's"
+import array, math, sys
+a = array.array("f", open(sys.argv[1], "rb").read()); b = array.array("f", open(sys.argv[2], "rb").read())
+assert len(a) == len(b), (len(a), len(b))
+V = 512
+w = max(math.sqrt(sum((a[i*V+j]-b[i*V+j])**2 for j in range(V))) / math.sqrt(sum(a[i*V+j]**2 for j in range(V))) for i in range(len(a)//V))
+print("quota plan: logits worst rel err %.2e" % w)
+sys.exit(0 if w <= 1e-4 else 1)
+PY
 fi
 echo "cli_dist_idle: ok"
