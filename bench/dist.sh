@@ -196,12 +196,13 @@ echo 100000 > /sys/fs/cgroup/cpu/mole_r1/cpu.cfs_period_us
 echo 35000 > /sys/fs/cgroup/cpu/mole_r1/cpu.cfs_quota_us
 "${MPI[@]}" -np 2 "$WRAP" "$MOLE" plan -m "$M" -t 1 -o "$(realpath "$OUT")/dist-plan.json" 2> "$OUT/dist-err.log" ||
   { cat "$OUT/dist-err.log" >&2; exit 1; }
-bench1 quota35 2 hmp-equal --parallel hmp
-bench1 quota35 2 hmp-planned --parallel hmp --plan "$(realpath "$OUT")/dist-plan.json"
+# 128 generated tokens: a quota period is 100 ms, 32 tokens span only a few
+TG=128 bench1 quota35 2 hmp-equal --parallel hmp
+TG=128 bench1 quota35 2 hmp-planned --parallel hmp --plan "$(realpath "$OUT")/dist-plan.json"
 # the same plan with the throttled rank spinning in its waits (as before it
 # napped under a quota): the spin spends the quota its next block needs
 MPI+=(-x MOLE_DIST_WAIT=spin)
-bench1 quota35 2 hmp-planned-spin --parallel hmp --plan "$(realpath "$OUT")/dist-plan.json"
+TG=128 bench1 quota35 2 hmp-planned-spin --parallel hmp --plan "$(realpath "$OUT")/dist-plan.json"
 MPI=("${MPI_SAVED[@]}")
 rmdir /sys/fs/cgroup/cpu/mole_r1
 

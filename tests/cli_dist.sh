@@ -74,6 +74,10 @@ for model in llama-dense mixtral qwen3moe olmoe qwen2moe mixtral-q8_0 mixtral-q4
   run "$model" 3 hmp --plan "$T/plan3.json" && compare "$T/ref.f32" "$T/out.f32" $tol "$model hmp N=3 uneven shares"
 done
 
+# a prompt with offloaded experts on every rank (hmp: the MoE exchange reads them chunk by chunk)
+"$MOLE" logits -m "$M/mixtral.gguf" --tokens "$TOK" -o "$T/ref.f32" --kv-type f32 -t 1
+run mixtral 3 hmp --expert-budget 30% --io pread && compare "$T/ref.f32" "$T/out.f32" 1e-4 "mixtral hmp N=3 offloaded"
+
 # decode: one token per pass (the KV cache path), and offloaded experts on every rank
 "$MOLE" logits -m "$M/mixtral.gguf" --tokens "$TOK" -o "$T/ref.f32" --kv-type f32 -t 1 --one-by-one
 run mixtral 3 hmp --one-by-one && compare "$T/ref.f32" "$T/out.f32" 1e-4 "mixtral hmp N=3 one by one"

@@ -17,6 +17,10 @@
 //        non-blocking point-to-point messages, and the matmuls next to them
 //        (Q/K/V and gate/up before, wo and down after) run tile by tile,
 //        one rank's tokens at a time, while the next tile is on the wire.
+//        A MoE layer's FFN (routing, experts and their sum: all per token)
+//        runs in an exchange instead: its own rows first while the others'
+//        arrive, then each other rank's rows as they land, chunk by chunk,
+//        every chunk's part of the sums sent back at once.
 // Bytes sent are counted per collective (mole_dist_print_stats).
 #include "dist/dist.h"
 #include "dist/dist_internal.h"
@@ -59,6 +63,8 @@ struct dist_ctx {
   int64_t n_kvs, cap_kvs;
   // buffers
   float *tmp;  // ring receive buffer / logits staging
+  float *stage;  // exchange: the other ranks' parts of this rank's rows [N][rows]
+  size_t stage_cap;
   size_t tmp_cap;
   int64_t *msg;
   size_t msg_cap;
@@ -220,7 +226,9 @@ static void allgather(void *v, float *x, int64_t n, int64_t row, model_rows_fn o
   const int N = d->size, r = d->rank;
   d->counts.allgather_calls++;
   d->counts.allgather_bytes += (int64_t)cnt[r] * 4 * (N - 1);
-  if (!d->overlap || !on_rows) {
+  // fewer tokens than ranks (decode): nothing to overlap, some ranks have no
+  // rows, and a ring would pass the owner's row through N-1 hops in turn
+  if (!d->overlap || !on_rows || n < N) {
     if (d->nbc) {
       MPI_Request rq;
       MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, x, cnt, dsp, MPI_FLOAT, d->comm, &rq);
@@ -253,7 +261,7 @@ static void reduce_scatter(void *v, float *y, int64_t n, int64_t row, model_rows
   const int N = d->size, r = d->rank;
   d->counts.reduce_scatter_calls++;
   d->counts.reduce_scatter_bytes += (n * row - cnt[r]) * 4;
-  if (!d->overlap || !make_rows) {
+  if (!d->overlap || !make_rows || n < N) {  // (as allgather)
     if (make_rows) make_rows(user, 0, n);
     // in place: this rank's block of the sums into its place
     d->tmp = grow(d->tmp, &d->tmp_cap, (size_t)MOLE_MAX(cnt[r], 1) * sizeof(float));
@@ -286,6 +294,103 @@ static void reduce_scatter(void *v, float *y, int64_t n, int64_t row, model_rows
     for (int i = 0; i < cnt[k]; i++) yk[i] += d->tmp[i];
     pass_wait(d, &sq, 1);
     if (s < N - 1) MPI_Isend(yk, cnt[k], MPI_FLOAT, (r + 1) % N, 200 + s, d->comm, &sq);
+  }
+}
+
+// ---- exchange: all-gather, per-token compute, reduce-scatter in one ------------------
+
+enum { XCH_CHUNKS = 4, TAG_XG = 300, TAG_YS = 400 };
+
+// Rows [*a, *b) of chunk c of a block of `rows` rows cut in nchunks(rows).
+static int nchunks(int64_t rows) { return (int)MOLE_MIN((int64_t)XCH_CHUNKS, rows); }
+static void chunk(int64_t rows, int c, int64_t *a, int64_t *b) {
+  const int C = nchunks(rows);
+  *a = rows * c / C;
+  *b = rows * (c + 1) / C;
+}
+
+// Index of a request of rq[n] that completed (MPI_Waitany, or napping under a quota).
+static int wait_any(const dist_ctx *d, MPI_Request *rq, int n) {
+  int idx = MPI_UNDEFINED;
+  if (!d->nap) {
+    MPI_Waitany(n, rq, &idx, MPI_STATUS_IGNORE);
+    return idx;
+  }
+  int flag = 0;
+  long nap_us = 10;
+  for (;;) {
+    MPI_Testany(n, rq, &idx, &flag, MPI_STATUS_IGNORE);
+    if (flag) return idx;
+    const struct timespec ts = {0, nap_us * 1000};
+    nanosleep(&ts, NULL);
+    nap_us = MOLE_MIN(2 * nap_us, (long)WAIT_NAP_PASS_US);
+  }
+}
+
+// Every rank's rows of x to every rank, compute(a, b) on them, and the sum
+// over ranks of y's own rows here (a MoE layer under hmp: routing, experts
+// and their weighted sum are all per token, so any rows can be computed as
+// soon as they are here). With overlap: this rank's rows first while the
+// others' arrive; then each other rank's rows as they land, chunk by chunk,
+// each chunk's part of the sums sent to that rank at once, so both
+// directions of the link carry data while the rest is computed. The same
+// bytes as a ring all-gather + reduce-scatter ((N-1) blocks each way per
+// rank), sent directly; the parts are summed in rank order, so the result
+// does not depend on the order they arrived in. Fewer tokens than ranks
+// (decode): plain collectives, since sent directly the owner's one row would
+// leave its link N-1 times instead of once in a ring.
+static void exchange(void *v, float *x, float *y, int64_t n, int64_t row, model_rows_fn compute, void *user) {
+  dist_ctx *d = v;
+  if (!d->overlap || n < d->size) {
+    allgather(v, x, n, row, NULL, NULL);
+    compute(user, 0, n);
+    reduce_scatter(v, y, n, row, NULL, NULL);
+    return;
+  }
+  int cnt[MAX_RANKS] = {0}, dsp[MAX_RANKS] = {0};
+  blocks(d, n, row, cnt, dsp);
+  const int N = d->size, r = d->rank;
+  d->counts.allgather_calls++;
+  d->counts.allgather_bytes += (int64_t)cnt[r] * 4 * (N - 1);
+  d->counts.reduce_scatter_calls++;
+  d->counts.reduce_scatter_bytes += (n * row - cnt[r]) * 4;
+  const int64_t mine = cnt[r] / row;
+  d->stage = grow(d->stage, &d->stage_cap, (size_t)MOLE_MAX((int64_t)N * cnt[r], 1) * sizeof(float));
+  MPI_Request xr[MAX_RANKS], yr[MAX_RANKS * XCH_CHUNKS], sq[MAX_RANKS * (XCH_CHUNKS + 1)];
+  int ny = 0, ns = 0, left = 0;
+  for (int k = 0; k < N; k++) {
+    xr[k] = MPI_REQUEST_NULL;
+    if (k == r) continue;
+    if (cnt[k] > 0) {
+      MPI_Irecv(x + dsp[k], cnt[k], MPI_FLOAT, k, TAG_XG, d->comm, &xr[k]);
+      left++;
+    }
+    if (cnt[r] > 0) MPI_Isend(x + dsp[r], cnt[r], MPI_FLOAT, k, TAG_XG, d->comm, &sq[ns++]);
+    // k's part of the sums of this rank's rows (every rank has one, rows or not)
+    for (int c = 0; c < nchunks(mine); c++) {
+      int64_t a, b;
+      chunk(mine, c, &a, &b);
+      MPI_Irecv(d->stage + (size_t)k * cnt[r] + a * row, (int)((b - a) * row), MPI_FLOAT, k, TAG_YS + c, d->comm, &yr[ny++]);
+    }
+  }
+  if (mine > 0) compute(user, dsp[r] / row, (dsp[r] + cnt[r]) / row);
+  while (left-- > 0) {
+    const int k = wait_any(d, xr, N);
+    const int64_t rows = cnt[k] / row, k0 = dsp[k] / row;
+    for (int c = 0; c < nchunks(rows); c++) {
+      int64_t a, b;
+      chunk(rows, c, &a, &b);
+      compute(user, k0 + a, k0 + b);
+      MPI_Isend(y + (k0 + a) * row, (int)((b - a) * row), MPI_FLOAT, k, TAG_YS + c, d->comm, &sq[ns++]);
+    }
+  }
+  pass_wait(d, yr, ny);
+  pass_wait(d, sq, ns);
+  float *yo = y + dsp[r];
+  for (int64_t i = 0; i < cnt[r]; i++) {
+    float acc = 0.0f;
+    for (int k = 0; k < N; k++) acc += k == r ? yo[i] : d->stage[(size_t)k * cnt[r] + i];
+    yo[i] = acc;
   }
 }
 
@@ -517,6 +622,7 @@ mole_status mole_dist_model_load(const char *path, const mole_model_params *para
                          .allreduce = allreduce,
                          .allgather = allgather,
                          .reduce_scatter = reduce_scatter,
+                         .exchange = exchange,
                          .gather_logits = gather_logits,
                          .step = step,
                          .kv_release = kv_release,
@@ -612,6 +718,7 @@ static void dist_free(dist_ctx *d) {
   for (int64_t i = 0; i < d->n_kvs; i++) kv_free(d->kvs[i].kv);
   mole_free(d->kvs);
   mole_free(d->tmp);
+  mole_free(d->stage);
   mole_free(d->msg);
   mole_free(d);
 }

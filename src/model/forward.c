@@ -756,9 +756,8 @@ static void moe_pre(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
   gather_rows(m, s, n, NULL, NULL);
 }
 
-// After the routed experts' sum is in y: the shared expert, the sum over
-// processes, the residual add.
-static void moe_post(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
+// After the routed experts' sum is in y [n][E]: the shared expert's part added.
+static void moe_shared(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
   const model_hparams *hp = &m->hp;
   const model_layer *ly = &m->layers[il];
   const int64_t E = hp->n_embd;
@@ -777,6 +776,13 @@ static void moe_post(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
       for (int64_t i = 0; i < E; i++) y[i] += sh[t * E + i] * g;
     }
   }
+}
+
+// After the routed experts' sum is in y: the shared expert, the sum over
+// processes, the residual add.
+static void moe_post(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
+  const int64_t E = m->hp.n_embd;
+  moe_shared(m, s, il, n);
   reduce_rows(m, s, n, NULL, NULL);
   int64_t t0, t1;
   own_rows(m, n, &t0, &t1);
@@ -784,10 +790,59 @@ static void moe_post(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
     for (int64_t i = 0; i < E; i++) s->x[t * E + i] += s->y[t * E + i];
 }
 
+// The whole MoE FFN (routing, experts, their sum, the shared expert) of
+// token rows [a, b) only: xn, y and sh seen from row a, the sequences' ends
+// clipped to the rows (every step is per token), for the hmp exchange,
+// which runs it on rows as they arrive.
+typedef struct {
+  mole_model *m;
+  model_scratch *s;
+  int64_t il;
+  mole_status st;
+} moe_rows_job;
+
+static void moe_rows(void *user, int64_t a, int64_t b) {
+  moe_rows_job *j = user;
+  model_scratch *s = j->s;
+  if (j->st || b <= a) return;
+  const int64_t E = j->m->hp.n_embd;
+  float *xn = s->xn, *y = s->y, *sh = s->sh;
+  int64_t *ends = s->seg_ends, n_seg = s->n_seg, k = 0;
+  for (int64_t i = 0; i < n_seg; i++) {  // as mm_rows (not used in here)
+    const int64_t e = MOLE_MIN(ends[i], b);
+    if (e > a && (k == 0 || e - a > s->sub_ends[k - 1])) s->sub_ends[k++] = e - a;
+  }
+  s->seg_ends = s->sub_ends;
+  s->n_seg = k;
+  s->xn += a * E;
+  s->y += a * E;
+  if (sh) s->sh += a * E;
+  j->st = moe_ffn(j->m, s, j->il, b - a);
+  if (!j->st) moe_shared(j->m, s, j->il, b - a);
+  s->xn = xn;
+  s->y = y;
+  s->sh = sh;
+  s->seg_ends = ends;
+  s->n_seg = n_seg;
+}
+
 static mole_status ffn_block(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
   const model_hparams *hp = &m->hp;
   const model_layer *ly = &m->layers[il];
   const int64_t E = hp->n_embd;
+  if (hp->n_expert > 0 && m->comm.hmp && m->comm.exchange) {
+    // this process's rows normed; every token's FFN computed as its rows
+    // arrive, the sums of this process's rows back here
+    int64_t t0, t1;
+    own_rows(m, n, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++) ops_rmsnorm(s->xn + t * E, s->x + t * E, ly->ffn_norm, E, hp->rms_eps);
+    moe_rows_job j = {m, s, il, MOLE_OK};
+    m->comm.exchange(m->comm.ctx, s->xn, s->y, n, E, moe_rows, &j);
+    if (j.st) return j.st;
+    for (int64_t t = t0; t < t1; t++)
+      for (int64_t i = 0; i < E; i++) s->x[t * E + i] += s->y[t * E + i];
+    return MOLE_OK;
+  }
   if (hp->n_expert > 0) {
     moe_pre(m, s, il, n);
     mole_status st = moe_ffn(m, s, il, n);

@@ -123,6 +123,15 @@ typedef struct model_comm {
   // hmp: the sum over processes of y's own rows lands here; make_rows fills
   // rows of y (this process's part of the sum) just before they are sent
   void (*reduce_scatter)(void *ctx, float *y, int64_t n, int64_t row, model_rows_fn make_rows, void *user);
+  // hmp: the three above in one, for blocks whose every step is per token
+  // (a MoE layer): every process's own rows of x to every process,
+  // compute(user, a, b) fills rows [a, b) of y (this process's part of the
+  // sum) from rows [a, b) of x, and the sum over processes of y's own rows
+  // lands here. With overlap compute runs on this process's rows first, then
+  // on each other process's as they arrive, chunk by chunk, every chunk's
+  // part sent to its owner at once; without, once between a plain
+  // all-gather and reduce-scatter. NULL: not available.
+  void (*exchange)(void *ctx, float *x, float *y, int64_t n, int64_t row, model_rows_fn compute, void *user);
   // every process's vocabulary slice of n rows of logits [n][v_local] to the
   // root's out [n][n_vocab] (NULL elsewhere)
   void (*gather_logits)(void *ctx, const float *local, int64_t n, int64_t v_local, float *out);
