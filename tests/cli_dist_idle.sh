@@ -7,14 +7,23 @@
 #    30% of a core) at the speed it keeps and gives it the smaller share (a
 #    best-of-bursts profile fitted in one quota period and saw equal speeds).
 #    Needs root and a writable cgroup v1 cpu controller, else skipped.
+#  - `mole plan` over a 100 Mbit/s link (two network namespaces, a veth pair,
+#    tc tbf) puts the whole vocabulary on rank 0, and runs with that plan give
+#    one process's logits. Needs root and tc, else skipped.
 set -uo pipefail
 MOLE=${MOLE_BIN:?}
 SRC=${MOLE_SOURCE_DIR:?}
 T=$(mktemp -d)
 CG=/sys/fs/cgroup/cpu/mole-test-$$
 SRV=
+NS=molet$$
 cleanup() {
   [ -n "$SRV" ] && kill "$SRV" 2> /dev/null && wait "$SRV" 2> /dev/null
+  for r in 0 1; do
+    ip link del "${NS}v$r" 2> /dev/null
+    ip netns del "${NS}_$r" 2> /dev/null
+  done
+  ip link del "${NS}br" 2> /dev/null
   if [ -d "$CG" ]; then
     while read -r p; do echo "$p" > /sys/fs/cgroup/cpu/cgroup.procs 2> /dev/null; done < "$CG/cgroup.procs"
     rmdir "$CG" 2> /dev/null
@@ -98,6 +107,58 @@ assert len(a) == len(b), (len(a), len(b))
 V = 512
 w = max(math.sqrt(sum((a[i*V+j]-b[i*V+j])**2 for j in range(V))) / math.sqrt(sum(a[i*V+j]**2 for j in range(V))) for i in range(len(a)//V))
 print("quota plan: logits worst rel err %.2e" % w)
+sys.exit(0 if w <= 1e-4 else 1)
+PY
+fi
+# 3. mole plan over a slow link: the vocabulary goes to the root
+if [ "${MOLE_ASAN:-0}" = 1 ]; then
+  echo "slow-link plan: skipped under ASan"
+elif [ "$(id -u)" != 0 ] || ! command -v tc > /dev/null || ! command -v nsenter > /dev/null ||
+  ! ip netns add "${NS}_0" 2> /dev/null; then
+  echo "slow-link plan: skipped (needs root, ip netns, tc and nsenter)"
+else
+  # a bridge on the host (mpirun's PMIx server is there), a veth into each namespace
+  ip netns add "${NS}_1" || fail "ip netns add"
+  ip link add "${NS}br" type bridge && ip addr add 10.78.0.254/24 dev "${NS}br" && ip link set "${NS}br" up ||
+    fail "bridge"
+  for r in 0 1; do
+    ip link add "${NS}v$r" type veth peer name "${NS}p$r" || fail "veth"
+    ip link set "${NS}p$r" netns "${NS}_$r" && ip link set "${NS}v$r" master "${NS}br" && ip link set "${NS}v$r" up ||
+      fail "veth $r"
+    ip netns exec "${NS}_$r" ip addr add "10.78.0.$((r + 1))/24" dev "${NS}p$r"
+    ip netns exec "${NS}_$r" ip link set "${NS}p$r" up
+    ip netns exec "${NS}_$r" ip link set lo up
+    ip netns exec "${NS}_$r" tc qdisc add dev "${NS}p$r" root tbf rate 100mbit burst 4kb latency 200ms || fail "tc tbf"
+  done
+  cat > "$T/wrapn.sh" << EOF
+#!/usr/bin/env bash
+exec nsenter --net=/run/netns/${NS}_\$OMPI_COMM_WORLD_RANK "\$@"
+EOF
+  chmod +x "$T/wrapn.sh"
+  export PMIX_MCA_ptl_tcp_remote_connections=1 PMIX_MCA_ptl_tcp_if_include=10.78.0.0/24
+  NMPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x PMIX_MCA_ptl_tcp_remote_connections
+    -x PMIX_MCA_ptl_tcp_if_include --mca btl tcp,self --mca btl_tcp_if_include 10.78.0.0/24 --mca oob_tcp_if_include 10.78.0.0/24)
+  timeout 120 "${NMPI[@]}" -np 2 "$T/wrapn.sh" "$MOLE" plan -m "$M" -t 1 -o "$T/plan-slow.json" > "$T/plan.log" 2>&1 ||
+    { cat "$T/plan.log" >&2; fail "mole plan over a 100 Mbit/s link"; }
+  python3 - "$T/plan-slow.json" << 'PY' || fail "slow-link plan: $(cat "$T/plan-slow.json")"
+import json, sys
+p = json.load(open(sys.argv[1]))
+v = p["vocabulary"]
+print("slow-link plan: vocabulary on the %s (gathered %.2f ms, root alone %.2f ms), link %.3f GB/s" % (
+      v["placed"], v["split_ms"], v["root_ms"], p["ranks"][1]["profile"]["link_gbs"]))
+sys.exit(0 if v["placed"] == "root" and p["ranks"][0]["vocab"] == 1 and p["ranks"][1]["vocab"] == 0 else 1)
+PY
+  TOK=$(seq -s, 1 3 70)
+  "$MOLE" logits -m "$M" --tokens "$TOK" -o "$T/ref.f32" --kv-type f32 -t 1 --one-by-one > /dev/null 2>&1 || fail "logits, one process"
+  timeout 120 "${NMPI[@]}" -np 2 "$T/wrapn.sh" "$MOLE" logits -m "$M" --tokens "$TOK" -o "$T/out.f32" --kv-type f32 -t 1 \
+    --one-by-one --plan "$T/plan-slow.json" > "$T/run.log" 2>&1 || { cat "$T/run.log" >&2; fail "logits with the slow-link plan"; }
+  cmp -s "$T/ref.f32" "$T/out.f32" || python3 - "$T/ref.f32" "$T/out.f32" << 'PY' || fail "logits with the slow-link plan differ"
+import array, math, sys
+a = array.array("f", open(sys.argv[1], "rb").read()); b = array.array("f", open(sys.argv[2], "rb").read())
+assert len(a) == len(b), (len(a), len(b))
+V = 512
+w = max(math.sqrt(sum((a[i*V+j]-b[i*V+j])**2 for j in range(V))) / math.sqrt(sum(a[i*V+j]**2 for j in range(V))) for i in range(len(a)//V))
+print("slow-link plan: logits worst rel err %.2e" % w)
 sys.exit(0 if w <= 1e-4 else 1)
 PY
 fi
