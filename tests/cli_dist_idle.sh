@@ -44,6 +44,19 @@ MPI=(mpirun --allow-run-as-root --oversubscribe --mca btl self,vader --bind-to n
 [ "${MOLE_ASAN:-0}" = 1 ] && MPI+=(-x "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0")
 M=$SRC/tests/data/conformance/models/mixtral.gguf
 
+# T/out.f32 against T/ref.f32 (one process): relative error <= 1e-4 at every position
+same_logits() {  # label
+  python3 - "$T/ref.f32" "$T/out.f32" "$1" << 'PY'
+import array, math, sys
+a = array.array("f", open(sys.argv[1], "rb").read()); b = array.array("f", open(sys.argv[2], "rb").read())
+assert len(a) == len(b), (len(a), len(b))
+V = 512
+w = max(math.sqrt(sum((a[i*V+j]-b[i*V+j])**2 for j in range(V))) / math.sqrt(sum(a[i*V+j]**2 for j in range(V))) for i in range(len(a)//V))
+print("%s: logits worst rel err %.2e" % (sys.argv[3], w))
+sys.exit(0 if w <= 1e-4 else 1)
+PY
+}
+
 # CPU seconds (user + system) a process has used, from /proc
 cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"; }
 
@@ -100,15 +113,7 @@ PY
   "$MOLE" logits -m "$M" --tokens "$TOK" -o "$T/ref.f32" --kv-type f32 -t 1 > /dev/null 2>&1 || fail "logits, one process"
   timeout 120 "${MPI[@]}" -np 2 "$T/wrap.sh" "$MOLE" logits -m "$M" --tokens "$TOK" -o "$T/out.f32" --kv-type f32 -t 1 \
     --parallel hmp --plan "$T/plan.json" > "$T/run.log" 2>&1 || { cat "$T/run.log" >&2; fail "logits with the plan under a quota"; }
-  python3 - "$T/ref.f32" "$T/out.f32" << 'PY' || fail "logits under a quota differ from one process's"
-import array, math, sys
-a = array.array("f", open(sys.argv[1], "rb").read()); b = array.array("f", open(sys.argv[2], "rb").read())
-assert len(a) == len(b), (len(a), len(b))
-V = 512
-w = max(math.sqrt(sum((a[i*V+j]-b[i*V+j])**2 for j in range(V))) / math.sqrt(sum(a[i*V+j]**2 for j in range(V))) for i in range(len(a)//V))
-print("quota plan: logits worst rel err %.2e" % w)
-sys.exit(0 if w <= 1e-4 else 1)
-PY
+  same_logits "quota plan" || fail "logits under a quota differ from one process's"
 fi
 # 3. mole plan over a slow link: the vocabulary goes to the root
 if [ "${MOLE_ASAN:-0}" = 1 ]; then
@@ -152,14 +157,6 @@ PY
   "$MOLE" logits -m "$M" --tokens "$TOK" -o "$T/ref.f32" --kv-type f32 -t 1 --one-by-one > /dev/null 2>&1 || fail "logits, one process"
   timeout 120 "${NMPI[@]}" -np 2 "$T/wrapn.sh" "$MOLE" logits -m "$M" --tokens "$TOK" -o "$T/out.f32" --kv-type f32 -t 1 \
     --one-by-one --plan "$T/plan-slow.json" > "$T/run.log" 2>&1 || { cat "$T/run.log" >&2; fail "logits with the slow-link plan"; }
-  cmp -s "$T/ref.f32" "$T/out.f32" || python3 - "$T/ref.f32" "$T/out.f32" << 'PY' || fail "logits with the slow-link plan differ"
-import array, math, sys
-a = array.array("f", open(sys.argv[1], "rb").read()); b = array.array("f", open(sys.argv[2], "rb").read())
-assert len(a) == len(b), (len(a), len(b))
-V = 512
-w = max(math.sqrt(sum((a[i*V+j]-b[i*V+j])**2 for j in range(V))) / math.sqrt(sum(a[i*V+j]**2 for j in range(V))) for i in range(len(a)//V))
-print("slow-link plan: logits worst rel err %.2e" % w)
-sys.exit(0 if w <= 1e-4 else 1)
-PY
+  same_logits "slow-link plan" || fail "logits with the slow-link plan differ"
 fi
 echo "cli_dist_idle: ok"

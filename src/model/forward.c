@@ -323,15 +323,20 @@ static ops_mm mm_of(const model_scratch *s, const model_tensor *w, const void *x
                     int64_t ldy) {
   return (ops_mm){w, 0, x, xstride, n, y, ldy, false, s->n_seg, s->seg_ends};
 }
-// The same over token rows [a, b) only (a tile around a collective): the
-// sequences' ends clipped to the tile.
-static ops_mm mm_rows(model_scratch *s, const model_tensor *w, const void *x, size_t xstride, int64_t a, int64_t b,
-                      float *y, int64_t ldy) {
+// The sequences' ends clipped to token rows [a, b), counted from a, into
+// s->sub_ends; returns how many.
+static int64_t clip_ends(model_scratch *s, int64_t a, int64_t b) {
   int64_t k = 0;
   for (int64_t i = 0; i < s->n_seg; i++) {
     const int64_t e = MOLE_MIN(s->seg_ends[i], b);
     if (e > a && (k == 0 || e - a > s->sub_ends[k - 1])) s->sub_ends[k++] = e - a;
   }
+  return k;
+}
+// The same over token rows [a, b) only (a tile around a collective).
+static ops_mm mm_rows(model_scratch *s, const model_tensor *w, const void *x, size_t xstride, int64_t a, int64_t b,
+                      float *y, int64_t ldy) {
+  const int64_t k = clip_ends(s, a, b);
   return (ops_mm){w, 0, (const char *)x + (size_t)a * xstride, xstride, b - a, y + a * ldy, ldy, false, k, s->sub_ends};
 }
 // One expert's share of a routed matmul (per-token orders).
@@ -807,13 +812,9 @@ static void moe_rows(void *user, int64_t a, int64_t b) {
   if (j->st || b <= a) return;
   const int64_t E = j->m->hp.n_embd;
   float *xn = s->xn, *y = s->y, *sh = s->sh;
-  int64_t *ends = s->seg_ends, n_seg = s->n_seg, k = 0;
-  for (int64_t i = 0; i < n_seg; i++) {  // as mm_rows (not used in here)
-    const int64_t e = MOLE_MIN(ends[i], b);
-    if (e > a && (k == 0 || e - a > s->sub_ends[k - 1])) s->sub_ends[k++] = e - a;
-  }
+  int64_t *ends = s->seg_ends, n_seg = s->n_seg;
+  s->n_seg = clip_ends(s, a, b);  // (no mm_rows in here to overwrite sub_ends)
   s->seg_ends = s->sub_ends;
-  s->n_seg = k;
   s->xn += a * E;
   s->y += a * E;
   if (sh) s->sh += a * E;
