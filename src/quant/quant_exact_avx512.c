@@ -400,6 +400,9 @@ void quant_exact_dot_avx512(qx_order o, int64_t k, float *s, const void *w, cons
 //  * an R16 group (quant_r16.c): lane L holds row L and every register is one
 //    plain load from one contiguous stream (the decode path at DRAM speed).
 
+// software prefetch of R16 groups from this many tokens per call on (see prefetch_gb)
+enum { QX_PF_TOK = 4 };
+
 static inline int perm16(int L) { return 4 * (L % 4) + L / 4; }
 
 // 16 bytes at p[r] + off for 16 rows -> T[c]: lane L = dword c of row P(L)
@@ -423,14 +426,16 @@ static inline void tr16x4(const uint8_t *const *p, size_t off, __m512i T[4]) {
 typedef struct {
   bool r16;
   int nr;                // rows of the panel (<= 16)
+  bool pf;               // R16: software prefetch (QX_PF_TOK tokens or more)
   const uint8_t *g;      // R16: the group
   const uint8_t *p[16];  // rows: the 16 rows (the last repeated past the end)
   __m512i offs;          // rows: offsets of row P(L) from p[0], for gathers
 } panel16;
 
-static inline panel16 panel_at(bool r16, const void *W, size_t wstride, int64_t r0, int64_t i1) {
+static inline panel16 panel_at(bool r16, const void *W, size_t wstride, int64_t r0, int64_t i1, int64_t nt) {
   panel16 pn;
   pn.r16 = r16;
+  pn.pf = nt >= QX_PF_TOK;
   pn.nr = (int)MOLE_MIN(16, i1 - r0);
   pn.g = (const uint8_t *)W + (size_t)r0 * wstride;
   int32_t o[16];
@@ -453,8 +458,12 @@ static inline __m512 gather_f16(const uint8_t *base, __m512i offs) {
 }
 static inline __m512i gather_u32(const uint8_t *base, __m512i offs) { return _mm512_i32gather_epi32(offs, base, 1); }
 
-// R16 streams one group block after another: a software prefetch a little
-// ahead of the hardware prefetcher's ramp
+// R16 streams one group block after another. With several tokens per call
+// (prefill) the compute per byte is high and a software prefetch a little
+// ahead of the hardware prefetcher's ramp pays (q4_0 pp +5%); for decode
+// (fewer than QX_PF_TOK tokens) it costs: on Zen 4 whole-model decode was
+// 3-40% faster without it (q8_0 the most), so decode leaves the stream to
+// the hardware prefetcher.
 #ifndef QX_PF16
 #define QX_PF16 2048
 #endif
@@ -493,7 +502,7 @@ static inline __attribute__((always_inline)) __m512 q4_0_block(const panel16 *pn
   __m512 dw;
   if (pn->r16) {
     const uint8_t *gb = pn->g + (size_t)b * 16 * sizeof(blk_q4_0);
-    prefetch_gb(gb, 16 * sizeof(blk_q4_0));
+    if (pn->pf) prefetch_gb(gb, 16 * sizeof(blk_q4_0));
     dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb));
     QX_UNROLL for (int c = 0; c < 4; c++) T[c] = _mm512_loadu_si512(gb + 32 + 64 * c);
   } else {
@@ -550,7 +559,7 @@ static void tile_q4_0_c1(bool r16, const void *W, size_t wstride, const void *X,
   char *scr = quant_scratch((size_t)nt * (size_t)nb * 8);
   const tok_aux ta_all = q8_0_aux(scr, X, xstride, j0, nt, nb);
   for (int64_t r0 = i0; r0 < i1; r0 += 16) {
-    const panel16 pn = panel_at(r16, W, wstride, r0, i1);
+    const panel16 pn = panel_at(r16, W, wstride, r0, i1, nt);
     for (int64_t g = 0; g < nt; g += 4) {
       const int64_t ng = MOLE_MIN(nt - g, (int64_t)4);
       const tok_aux ta = {ta_all.dx + g * nb, ta_all.sx + g * nb};
@@ -662,11 +671,11 @@ static void tile_q4k_repack(bool r16, bool v64, const void *W, size_t wstride, c
   __m512 *acc = (__m512 *)scr, *accm = acc + nt;
   __m512i *tot = (__m512i *)(accm + nt), *mins = tot + nt;
   for (int64_t r0 = i0; r0 < i1; r0 += 16) {
-    const panel16 pn = panel_at(r16, W, wstride, r0, i1);
+    const panel16 pn = panel_at(r16, W, wstride, r0, i1, nt);
     for (int64_t j = 0; j < nt; j++) acc[j] = accm[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
       if (r16) {
-        prefetch_gb(pn.g + (size_t)b * 16 * sizeof(blk_q4_K), 16 * sizeof(blk_q4_K));
+        if (pn.pf) prefetch_gb(pn.g + (size_t)b * 16 * sizeof(blk_q4_K), 16 * sizeof(blk_q4_K));
       } else {
         const size_t bo = (size_t)b * sizeof(blk_q4_K);
         prefetch_rows(pn.p, 16, bo, bo + sizeof(blk_q4_K));
@@ -769,7 +778,6 @@ static inline __attribute__((always_inline)) void l8_direct(bool q4, const int N
     __m256 dw;
     if (pn->g) {
       const uint8_t *gb = pn->g + (size_t)b * 16 * sizeof(blk_q8_0);
-      if (pn->h == 0) prefetch_gb(gb, 16 * sizeof(blk_q8_0));
       dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16 * pn->h)));
     } else {
       const size_t bo = (size_t)b * bsz;
@@ -801,7 +809,6 @@ static inline __attribute__((always_inline)) void l8_r16_group(const int NT, con
                                                                int64_t nb, __m512 acc[2][4][2]) {
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *gb = g + (size_t)b * 16 * sizeof(blk_q8_0);
-    prefetch_gb(gb, 16 * sizeof(blk_q8_0));
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb));
     QX_UNROLL for (int t = 0; t < NT; t++) {
       const __m512i xv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[t][b].qs));
@@ -995,7 +1002,7 @@ static void tile_q6k_r16(const void *W, size_t rb, const void *X, size_t xstride
       for (int64_t b = 0; b < nb; b++) {
         const uint8_t *gb = grp + (size_t)b * gbs;
         const blk_q8_K *x = xb + b;
-        if (jt == j0) prefetch_gb(gb, gbs);
+        if (jt == j0 && j1 - j0 >= QX_PF_TOK) prefetch_gb(gb, gbs);
         const int32_t *xq = (const int32_t *)x->qs;
         __m512i sp[4];
         for (int u = 0; u < 4; u++) sp[u] = _mm512_loadu_si512(gb + 32 + 64 * u);
@@ -1063,7 +1070,7 @@ static void tile_q5k_r16(const void *W, size_t rb, const void *X, size_t xstride
       for (int64_t b = 0; b < nb; b++) {
         const uint8_t *gb = grp + (size_t)b * gbs;
         const blk_q8_K *x = xb + b;
-        if (jt == j0) prefetch_gb(gb, gbs);
+        if (jt == j0 && j1 - j0 >= QX_PF_TOK) prefetch_gb(gb, gbs);
         const q4k_scales S = k4_scales_r16(gb);
         __m512i sc[8], mins = _mm512_setzero_si512();
         QX_UNROLL for (int s = 0; s < 8; s++) {
