@@ -549,18 +549,23 @@ static inline __attribute__((always_inline)) void c1_direct(const int NT, const 
   }
 }
 
-// One token against two R16 panels, a block of each in turn (two streams:
-// see l8_r16_pair); each row's sum is c1_direct's.
-static void c1_pair(const panel16 *pa, const panel16 *pb, const blk_q8_0 *x, const tok_aux *ta, int64_t nb,
-                    __m512 acc[2]) {
+// Up to 4 tokens against two R16 panels, a block of each in turn (two
+// streams: see l8_r16_pair); each row's sums are c1_direct's.
+static inline __attribute__((always_inline)) void c1_pair(const int NT, const panel16 *pa, const panel16 *pb,
+                                                          const void *X, size_t xstride, int64_t j0, const tok_aux *ta,
+                                                          int64_t nb, __m512 acc[2][4]) {
+  const blk_q8_0 *x[4];
+  for (int t = 0; t < NT; t++) x[t] = (const blk_q8_0 *)((const char *)X + (size_t)(j0 + t) * xstride);
   __m512 unused = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
-    const __m512 dx = _mm512_set1_ps(ta->dx[b]);
     QX_UNROLL for (int s = 0; s < 2; s++) {
       __m512i V[8];
       const __m512 dw = q4_0_block(s ? pb : pa, b, nb, V, &unused);
-      const __m512i isum = q4_0_isum(V, x + b, ta->sx[b]);
-      acc[s] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), acc[s]);
+      QX_UNROLL for (int t = 0; t < NT; t++) {
+        const __m512i isum = q4_0_isum(V, x[t] + b, ta->sx[t * nb + b]);
+        acc[s][t] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(ta->dx[t * nb + b])), acc[s][t]);
+      }
     }
   }
 }
@@ -574,14 +579,22 @@ static void tile_q4_0_c1(bool r16, const void *W, size_t wstride, const void *X,
   const int64_t nb = k / 32, nt = j1 - j0;
   char *scr = quant_scratch((size_t)nt * (size_t)nb * 8);
   const tok_aux ta_all = q8_0_aux(scr, X, xstride, j0, nt, nb);
-  if (r16 && nt == 1) {  // decode, one token: two streams (the halves of [i0, i1))
+  if (r16 && nt <= 4) {  // decode: two streams (the halves of [i0, i1))
     const int64_t half = (i1 - i0) / 32 * 16;
     for (int64_t r0 = i0; r0 < i0 + half; r0 += 16) {
       const panel16 pa = panel_at(true, W, wstride, r0, i1, nt), pb = panel_at(true, W, wstride, r0 + half, i1, nt);
-      __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-      c1_pair(&pa, &pb, (const blk_q8_0 *)((const char *)X + (size_t)j0 * xstride), &ta_all, nb, acc);
-      panel_store(&pa, Y + j0 * ldy + r0, acc[0]);
-      panel_store(&pb, Y + j0 * ldy + r0 + half, acc[1]);
+      __m512 acc[2][4];
+      for (int e = 0; e < 8; e++) acc[e / 4][e % 4] = _mm512_setzero_ps();
+      switch (nt) {
+        case 1: c1_pair(1, &pa, &pb, X, xstride, j0, &ta_all, nb, acc); break;
+        case 2: c1_pair(2, &pa, &pb, X, xstride, j0, &ta_all, nb, acc); break;
+        case 3: c1_pair(3, &pa, &pb, X, xstride, j0, &ta_all, nb, acc); break;
+        default: c1_pair(4, &pa, &pb, X, xstride, j0, &ta_all, nb, acc); break;
+      }
+      for (int64_t j = 0; j < nt; j++) {
+        panel_store(&pa, Y + (j0 + j) * ldy + r0, acc[0][j]);
+        panel_store(&pb, Y + (j0 + j) * ldy + r0 + half, acc[1][j]);
+      }
     }
     i0 += 2 * half;
   }
