@@ -120,14 +120,17 @@ float ops_hsum16(const float *a) {
 
 // Rows are handed out in chunks from one counter shared by all threads
 // (guided self-scheduling over the panels of 16 rows of every task of the
-// call, one task after another): a claim takes 1/(2 nth) of the panels still
+// call, one task after another): a claim takes 1/nth of the panels still
 // unclaimed, so chunks start large and shrink towards the end. Large chunks
 // keep each thread streaming one long run of a matrix (every new run costs
 // the hardware prefetcher a ramp: with a fixed 1/(8 nth) of each task, decode
 // on a Zen 4 ran ~8% slower than with halves), and the small last ones let
 // the thread the memory system serves faster take more instead of waiting
-// for the other at the join. A chunk never spans two tasks; with several
-// tokens it is at least 2 panels (the call's set-up is worth amortizing).
+// for the other at the join. A chunk never spans two tasks and is at least 2
+// panels (the kernels read a chunk as two streams, and every claim moves the
+// counter's cache line between cores: on this VM's cores on two memory
+// links, 1/(2 nth) and single panels decoded ~10% slower).
+enum { MM_MIN_PANELS = 2 };
 enum { MM_MAX_TASKS = 64 };
 typedef struct {
   const ops_mm *tasks;
@@ -146,8 +149,7 @@ static void mm_worker(void *ctx, int ith, int nth) {
     if (c >= total) return;
     while (c >= job->first[t + 1]) t++;
     const ops_mm *mm = &job->tasks[t];
-    const int64_t min_p = mm->n_tok > 1 ? 2 : 1;
-    const int64_t want = MOLE_MAX((total - c) / (2 * job->nth), min_p);
+    const int64_t want = MOLE_MAX((total - c) / job->nth, (int64_t)MM_MIN_PANELS);
     const int64_t end = MOLE_MIN(c + want, job->first[t + 1]);
     if (!atomic_compare_exchange_weak_explicit(&job->next, &c, end, memory_order_relaxed, memory_order_relaxed))
       continue;  // c now holds the counter's value: claim again from there
