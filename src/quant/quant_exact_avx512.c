@@ -462,7 +462,7 @@ static inline __m512i gather_u32(const uint8_t *base, __m512i offs) { return _mm
 // (prefill) the compute per byte is high and a software prefetch a little
 // ahead of the hardware prefetcher's ramp pays (q4_0 pp +5%); for decode
 // (fewer than QX_PF_TOK tokens) it costs: on Zen 4 whole-model decode was
-// 3-40% faster without it (q8_0 the most), so decode leaves the stream to
+// 3-20% faster without it (q8_0 the most), so decode leaves the stream to
 // the hardware prefetcher.
 #ifndef QX_PF16
 #define QX_PF16 2048
@@ -866,7 +866,7 @@ static inline __attribute__((always_inline)) void l8_r16_group(const int NT, con
 
 // One token against two R16 groups of 16 rows each, a block of each in turn
 // (the two halves of a thread's rows: two streams keep more of DRAM's
-// bandwidth busy than one; q8_0 1T from DRAM 25 -> 29 GB/s on Zen 4). Each
+// bandwidth busy than one; q8_0 1T from DRAM 22.5 -> 28.2 GB/s on Zen 4). Each
 // row's sum is the one l8_r16_group gives.
 static void l8_r16_pair(const uint8_t *g0, const uint8_t *g1, const blk_q8_0 *x, const int32_t *aux, int64_t nb,
                         __m512 acc[2][4][2]) {
