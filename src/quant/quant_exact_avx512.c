@@ -550,7 +550,7 @@ static inline __attribute__((always_inline)) void c1_direct(const int NT, const 
 }
 
 // Up to 4 tokens against two R16 panels, a block of each in turn (two
-// streams: see l8_r16_pair); each row's sums are c1_direct's.
+// streams: see l8_r16_slots); each row's sums are c1_direct's.
 static inline __attribute__((always_inline)) void c1_pair(const int NT, const panel16 *pa, const panel16 *pb,
                                                           const void *X, size_t xstride, int64_t j0, const tok_aux *ta,
                                                           int64_t nb, __m512 acc[2][4]) {
@@ -842,40 +842,28 @@ static inline __attribute__((always_inline)) void l8_direct(bool q4, const int N
   }
 }
 
-// Up to 2 tokens against a whole R16 group (decode): both halves of each
-// group block in turn, so the group is read front to back once.
-static inline __attribute__((always_inline)) void l8_r16_group(const int NT, const uint8_t *g,
+// Decode on whole R16 groups, NS <= 2 slots: slot s is group g[s] against
+// token x[s] (aux[s]), both halves of each group block in turn, so a group is
+// read front to back once. Two tokens: the same group in both slots. One
+// token: a group from each half of the thread's rows, so the kernel reads
+// two streams, which keep more of DRAM's bandwidth busy than one (q8_0 1T
+// from DRAM 22.5 -> 28.2 GB/s on Zen 4). A row's sum does not depend on the
+// slot it is in.
+// one_x: every slot has token x[0] (its data is loaded once a block).
+static inline __attribute__((always_inline)) void l8_r16_slots(const int NS, const bool one_x, const uint8_t *const *g,
                                                                const blk_q8_0 *const *x, const int32_t *const *aux,
                                                                int64_t nb, __m512 acc[2][4][2]) {
   for (int64_t b = 0; b < nb; b++) {
-    const uint8_t *gb = g + (size_t)b * 16 * sizeof(blk_q8_0);
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb));
-    QX_UNROLL for (int t = 0; t < NT; t++) {
-      const __m512i xv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[t][b].qs));
-      const __m512i corr = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(aux[t] + 40 * b)));
-      const __m512 d16 = _mm512_mul_ps(dw, _mm512_set1_ps(((const float *)aux[t])[40 * b + 8]));
-      QX_UNROLL for (int h = 0; h < 2; h++) QX_UNROLL for (int q = 0; q < 4; q++) {
-        const __m512i w = _mm512_loadu_si512(gb + 32 + 256 * h + 64 * q);
-        const __m512i is = _mm512_dpbusd_epi32(corr, w, xv);
-        acc[h][q][t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pair_idx(8 * h + 2 * q, 8 * h + 2 * q + 1), d16),
-                                       _mm512_cvtepi32_ps(is), acc[h][q][t]);
+    __m512i xv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[0][b].qs));
+    __m512i corr = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(aux[0] + 40 * b)));
+    __m512 dx = _mm512_set1_ps(((const float *)aux[0])[40 * b + 8]);
+    QX_UNROLL for (int s = 0; s < NS; s++) {
+      const uint8_t *gb = g[s] + (size_t)b * 16 * sizeof(blk_q8_0);
+      if (s > 0 && !one_x) {
+        xv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[s][b].qs));
+        corr = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(aux[s] + 40 * b)));
+        dx = _mm512_set1_ps(((const float *)aux[s])[40 * b + 8]);
       }
-    }
-  }
-}
-
-// One token against two R16 groups of 16 rows each, a block of each in turn
-// (the two halves of a thread's rows: two streams keep more of DRAM's
-// bandwidth busy than one; q8_0 1T from DRAM 22.5 -> 28.2 GB/s on Zen 4). Each
-// row's sum is the one l8_r16_group gives.
-static void l8_r16_pair(const uint8_t *g0, const uint8_t *g1, const blk_q8_0 *x, const int32_t *aux, int64_t nb,
-                        __m512 acc[2][4][2]) {
-  for (int64_t b = 0; b < nb; b++) {
-    const __m512i xv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[b].qs));
-    const __m512i corr = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(aux + 40 * b)));
-    const __m512 dx = _mm512_set1_ps(((const float *)aux)[40 * b + 8]);
-    QX_UNROLL for (int s = 0; s < 2; s++) {
-      const uint8_t *gb = (s ? g1 : g0) + (size_t)b * 16 * sizeof(blk_q8_0);
       const __m512 d16 = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb)), dx);
       QX_UNROLL for (int h = 0; h < 2; h++) QX_UNROLL for (int q = 0; q < 4; q++) {
         const __m512i w = _mm512_loadu_si512(gb + 32 + 256 * h + 64 * q);
@@ -911,38 +899,32 @@ static void tile_l8(bool r16, bool q4, const void *W, size_t wstride, const void
       l8_aux(q4, (const blk_q8_0 *)((const char *)X + (size_t)(j0 + t) * xstride), nb, l8x + (size_t)t * (size_t)nb * 40);
   const __m256i off = q4 ? _mm256_set1_epi8(8) : _mm256_set1_epi8((char)0x80);
   const __m512i off2 = _mm512_broadcast_i64x4(off);
-  if (r16 && nt == 1) {  // decode, one token: whole groups, two streams (the halves of [i0, i1))
-    const int64_t half = (i1 - i0) / 32 * 16;  // rows in each stream's full groups
-    const blk_q8_0 *x = (const blk_q8_0 *)((const char *)X + (size_t)j0 * xstride);
+  if (r16 && nt <= 2) {  // decode: whole groups (l8_r16_slots)
+    const blk_q8_0 *x[2];
+    const int32_t *aux[2];
+    for (int t = 0; t < 2; t++) {
+      x[t] = (const blk_q8_0 *)((const char *)X + (size_t)(j0 + MOLE_MIN(t, nt - 1)) * xstride);
+      aux[t] = l8x + (size_t)MOLE_MIN(t, nt - 1) * (size_t)nb * 40;
+    }
+    __m512 acc[2][4][2];
+    // one token: pairs of groups from the two halves of [i0, i1) ...
+    const int64_t half = nt == 1 ? (i1 - i0) / 32 * 16 : 0;
     for (int64_t r0 = i0; r0 < i0 + half; r0 += 16) {
-      __m512 acc[2][4][2];
-      for (int h = 0; h < 2; h++)
-        for (int q = 0; q < 4; q++) acc[h][q][0] = acc[h][q][1] = _mm512_setzero_ps();
-      const uint8_t *g = (const uint8_t *)W + (size_t)r0 * wstride;
-      l8_r16_pair(g, g + (size_t)half * wstride, x, l8x, nb, acc);
+      const uint8_t *g[2] = {(const uint8_t *)W + (size_t)r0 * wstride, (const uint8_t *)W + (size_t)(r0 + half) * wstride};
+      for (int e = 0; e < 16; e++) acc[e / 8][e / 2 % 4][e % 2] = _mm512_setzero_ps();
+      l8_r16_slots(2, true, g, x, aux, nb, acc);
       l8_store(acc, 0, 16, Y + j0 * ldy + r0);
       l8_store(acc, 1, 16, Y + j0 * ldy + r0 + half);
     }
-    i0 += 2 * half;  // what is left (under two groups): below
-  }
-  if (r16 && nt <= 2) {  // decode: whole groups
-    for (int64_t r0 = i0; r0 < i1; r0 += 16) {
-      const int nr = (int)MOLE_MIN(16, i1 - r0);
-      __m512 acc[2][4][2];
-      const blk_q8_0 *x[2];
-      const int32_t *aux[2];
-      for (int t = 0; t < 2; t++) {
-        x[t] = (const blk_q8_0 *)((const char *)X + (size_t)(j0 + MOLE_MIN(t, nt - 1)) * xstride);
-        aux[t] = l8x + (size_t)MOLE_MIN(t, nt - 1) * (size_t)nb * 40;
-        for (int h = 0; h < 2; h++)
-          for (int q = 0; q < 4; q++) acc[h][q][t] = _mm512_setzero_ps();
-      }
-      const uint8_t *g = (const uint8_t *)W + (size_t)r0 * wstride;
-      if (nt == 1)
-        l8_r16_group(1, g, x, aux, nb, acc);
+    // ... then the rest a group at a time, the tokens in the slots
+    for (int64_t r0 = i0 + 2 * half; r0 < i1; r0 += 16) {
+      const uint8_t *g[2] = {(const uint8_t *)W + (size_t)r0 * wstride, (const uint8_t *)W + (size_t)r0 * wstride};
+      for (int e = 0; e < 16; e++) acc[e / 8][e / 2 % 4][e % 2] = _mm512_setzero_ps();
+      if (nt == 2)
+        l8_r16_slots(2, false, g, x, aux, nb, acc);
       else
-        l8_r16_group(2, g, x, aux, nb, acc);
-      for (int t = 0; t < nt; t++) l8_store(acc, t, nr, Y + (j0 + t) * ldy + r0);
+        l8_r16_slots(1, true, g, x, aux, nb, acc);
+      for (int t = 0; t < nt; t++) l8_store(acc, t, (int)MOLE_MIN(16, i1 - r0), Y + (j0 + t) * ldy + r0);
     }
     return;
   }
