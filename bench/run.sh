@@ -11,8 +11,8 @@
 # so every figure is measured in rounds that interleave membw, mole and
 # llama.cpp; the table gives medians over the rounds, the ratios as the
 # median of each round's mole / llama.cpp pair and the % of the floor as the
-# median of each run against the bandwidth measured just before it; every
-# run is in bench/out/decode-runs.tsv.
+# median of each run against the bandwidth read around it (with the range
+# over the rounds); every run is in bench/out/decode-runs.tsv.
 #
 # MOLE_ISA=avx2 (make bench-avx2) measures mole's AVX2 kernels instead, against
 # the llama.cpp build LLAMA_CPP_DIR points at (for that table, one built for
@@ -131,7 +131,7 @@ for n in dict.fromkeys(r["model"] for r in rows):
     def ratio(a, b):
         if any(float(r[b]) <= 0 for r in R): return "-"
         return "%.2fx" % st.median(float(r[a]) / float(r[b]) for r in R)
-    # % of floor: each run against the bandwidth measured just before it
+    # % of floor: each run against the bandwidth read around it (membw_gbs)
     pfs = [float(r["mole_tg"]) * ab / (float(r["membw_gbs"]) * 1e9) for r in R]
     pf = st.median(pfs)
     print("%-22s %8.1f %8.1f %7s | %8.1f %8.1f %7s | %7.1f %8.1f %5.0f%%" % (
