@@ -2,7 +2,8 @@
 # mole serve over loopback with real clients: curl (every route, streaming
 # and not, stop strings, malformed and hostile requests, API key, more
 # requests than slots, a full queue, a client that disconnects, a slow
-# client, SIGTERM) and the official openai npm client (tests/server/).
+# client, SIGTERM), random hostile requests (tests/server/fuzz_http.py) and
+# the official openai npm client (tests/server/).
 set -euo pipefail
 MOLE=${MOLE_BIN:?}
 SRC=${MOLE_SOURCE_DIR:?}
@@ -127,6 +128,11 @@ done
 curl -s "$U/metrics" | grep -q '^mole_requests_total{outcome="cancelled"} [1-9]' || fail "disconnect did not cancel"
 for _ in $(seq 50); do curl -s "$U/metrics" | grep -q '^mole_requests_running 0$' && break; sleep 0.1; done
 curl -s "$U/metrics" | grep -q '^mole_requests_running 0$' || fail "cancelled request still running"
+
+# hostile clients: valid requests mutated at random (HTTP and JSON); the
+# server keeps answering, with OpenAI's error shape, and stays up
+python3 "$SRC/tests/server/fuzz_http.py" "$PORT" --seconds "${FUZZ_SECONDS:-12}" --seed 1 || fail "fuzz_http"
+for _ in $(seq 100); do curl -s "$U/metrics" | grep -q '^mole_requests_running 0$' && break; sleep 0.1; done
 
 # SIGTERM while a stream runs: the client's stream ends, the server exits 0
 curl -sN "$U/v1/completions" -d '{"prompt":"x","max_tokens":3900,"stream":true}' > "$T/term.sse" &
