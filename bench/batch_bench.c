@@ -1,7 +1,8 @@
 // batch_bench: decode throughput of B sequences stepping together through
 // one mole_batcher (the server's engine without HTTP and prefill): tokens/s
-// over all sequences and per sequence, for B = 1, 2, 4, 8, 16.
-// usage: batch_bench MODEL [threads] [steps]
+// over all sequences and per sequence, for B = 1, 2, 4, 8, 16 (or only B =
+// ONLY, for a profile of that batch).
+// usage: batch_bench MODEL [threads] [steps] [ONLY]
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -10,12 +11,12 @@
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: batch_bench MODEL [threads] [steps]\n");
+    fprintf(stderr, "usage: batch_bench MODEL [threads] [steps] [ONLY]\n");
     return 2;
   }
   mole_model_params mp = mole_model_default_params();
   mp.n_threads = argc > 2 ? atoi(argv[2]) : 2;
-  const int steps = argc > 3 ? atoi(argv[3]) : 32;
+  const int steps = argc > 3 ? atoi(argv[3]) : 32, only = argc > 4 ? atoi(argv[4]) : 0;
   mole_model *m;
   if (mole_model_load(argv[1], &mp, &m)) {
     fprintf(stderr, "batch_bench: %s\n", mole_last_error());
@@ -34,6 +35,7 @@ int main(int argc, char **argv) {
   double one = 0;
   printf("%8s %12s %14s %8s\n", "seqs", "tokens/s", "per sequence", "vs 1");
   for (int B = 1; B <= BMAX; B *= 2) {
+    if (only > 0 && B != only) continue;
     int32_t tok[BMAX][8];
     mole_batch_item it[BMAX];
     for (int i = 0; i < B; i++) {  // an 8-token prompt each
