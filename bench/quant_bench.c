@@ -1,5 +1,6 @@
 // quant_bench: GB/s of vec_dot over a 64 MiB weight matrix (decode: each row
-// once per token), 1 and 2 threads; GMAC/s of quant_gemm (prefill).
+// once per token), 1 and 2 threads; the R16 layout at 1, 2, 4 and 8 tokens;
+// GMAC/s of quant_gemm (prefill).
 // usage: quant_bench [-c | -m MiB] [type ...]   (default q4_0 q8_0 q4_k q6_k)
 //   -c: a 1 MiB matrix (cache resident): kernel throughput without DRAM
 //   -m: matrix size (default 64 MiB; the L3 here is 300 MiB, use -m 1024 for DRAM)
@@ -171,6 +172,13 @@ int main(int argc, char **argv) {
         double sec = run(&jr, nth);
         double bytes = (double)rs * rows * jr.reps;
         printf("%-5s gemv r16 %dT: %6.1f GB/s (wall %6.1f)\n", tr->name, nth, bytes / sec / 1e9, bytes / g_wall / 1e9);
+      }
+      for (int64_t n = 2; n <= 8; n *= 2) {  // batched decode (a few sequences): where compute starts to bind
+        job jn = jr;
+        jn.n_tok = n;
+        const double sec = run(&jn, 1), bytes = (double)rs * rows * jn.reps;
+        printf("%-5s gemm r16 1T %lld tokens: %6.1f GB/s, %6.1f GMAC/s\n", tr->name, (long long)n, bytes / sec / 1e9,
+               (double)rows * k * n * jn.reps / sec / 1e9);
       }
       mole_aligned_free(R);
     }
