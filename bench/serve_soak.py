@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Soak test of mole serve: for a few minutes, clients do random things at
 once (good chat and completion requests, streaming and not; malformed JSON;
-wrong types; huge bodies; disconnects mid-stream; half-sent requests), while
+wrong types; huge bodies; disconnects mid-stream; half-sent requests; the
+hostile requests of tests/server/fuzz_http.py), while
 the server's RSS is sampled. Passes when the server never dies, every good
 request gets a valid 200 answer, every bad one a 4xx JSON error, and RSS
 after the warm-up stays flat (growth under 10%).
@@ -19,6 +20,9 @@ import subprocess
 import sys
 import threading
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "server"))
+import fuzz_http  # noqa: E402  (the hostile requests of the server test)
 
 
 def rss_kib(pid):
@@ -49,7 +53,8 @@ def main():
         print("server did not start")
         return 1
     threading.Thread(target=lambda: [None for _ in srv.stderr], daemon=True).start()
-    stats = {"good": 0, "good_ok": 0, "busy": 0, "bad": 0, "bad_4xx": 0, "disconnects": 0, "stalls": 0, "problems": []}
+    stats = {"good": 0, "good_ok": 0, "busy": 0, "bad": 0, "bad_4xx": 0, "disconnects": 0, "stalls": 0, "fuzz": 0,
+             "problems": []}
     lock = threading.Lock()
     stop = time.monotonic() + a.seconds
 
@@ -134,10 +139,18 @@ def main():
         s.close()
         note("stalls")
 
+    def fuzz(rng):  # a valid request mutated at random (HTTP or JSON): any answer but a broken one
+        raw = fuzz_http.http_request(rng, "")
+        out = fuzz_http.exchange(port, raw, rng, timeout=10)
+        note("fuzz")
+        why = "the server cannot be reached" if out is False else fuzz_http.check_answer(raw, out or b"")
+        if why:
+            problem("fuzz: %s: %r" % (why, raw[:200]))
+
     def client(i):
         rng = random.Random(i)
         while time.monotonic() < stop:
-            f = rng.choices([good, bad, disconnect, stall], [6, 2, 1, 1])[0]
+            f = rng.choices([good, bad, disconnect, stall, fuzz], [6, 2, 1, 1, 2])[0]
             try:
                 f(rng)
             except Exception as e:  # noqa: BLE001 - any client-side failure is a finding
