@@ -15,7 +15,7 @@ build:
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(if $(CI),-DMOLE_WERROR=ON) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS) -- --no-print-directory
 
-# The whole suite: release build, then ASan+UBSan build, then the GGUF fuzzer.
+# The whole suite: release build, then ASan+UBSan build, then the fuzzers (GGUF, compressed experts, whole models).
 test: deps
 	@$(MAKE) --no-print-directory build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

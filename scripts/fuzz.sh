@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Fuzzes the GGUF reader, and the dictionary/blob checks of compressed experts
-# (fuzz_tq, FUZZ_TQ_SECONDS, default 30): builds fuzz_gguf and fuzz_tq with clang (libFuzzer, ASan+UBSan)
+# Fuzzes the GGUF reader, the dictionary/blob checks of compressed experts
+# (fuzz_tq, FUZZ_TQ_SECONDS, default 30) and whole models (fuzz_model: the
+# tokenizer, the model loader and a forward pass; FUZZ_MODEL_SECONDS, default
+# 30; its seeds come from build/mole synth): builds them with clang (libFuzzer, ASan+UBSan)
 # in build-fuzz, seeds a corpus from the small conformance GGUF files plus a
 # few hand-made ones, and runs it for FUZZ_SECONDS (default 60). Fails on any
 # crash, leak or sanitizer report; quiet on success apart from one line.
@@ -12,7 +14,7 @@ mkdir -p "$build"
 log=$build/fuzz-build.log
 if ! { CC=clang cmake -S . -B "$build" -DMOLE_FUZZ=ON -DMOLE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Release \
          -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link" &&
-       cmake --build "$build" -j "$(nproc)" --target fuzz_gguf fuzz_tq; } >"$log" 2>&1; then
+       cmake --build "$build" -j "$(nproc)" --target fuzz_gguf fuzz_tq fuzz_model; } >"$log" 2>&1; then
   tail -n 40 "$log" >&2
   echo "fuzz: building the fuzzers failed (full log: $log)" >&2
   exit 1
@@ -78,3 +80,41 @@ blob=struct.pack("<II",0,len(codes)) + struct.pack("<HHH",0x3c00,0x4000,0x3800) 
 open(d+"/seed-3x8","wb").write(bytes([2,3])+struct.pack("<H",n)+book+blob)
 PY
 run_fuzzer fuzz_tq "$corpus_tq" "$secs_tq" 65536
+
+# fuzz_model: seeds are tiny models of every architecture (mole synth, random
+# weights, a made-up SentencePiece vocabulary) and a tiny GPT-2 BPE vocabulary
+MOLE=${MOLE:-build/mole}
+[ -x "$MOLE" ] || { echo "fuzz: $MOLE is needed for fuzz_model's seeds (build it first: make build)" >&2; exit 1; }
+secs_model=${FUZZ_MODEL_SECONDS:-30}
+corpus_model=$build/corpus-model
+mkdir -p "$corpus_model"
+for a in mixtral llama qwen3moe olmoe qwen2moe; do
+  [ -f "$corpus_model/seed-$a.gguf" ] ||
+    "$MOLE" synth --arch "$a" --embd 32 --layers 1 --heads 2 --heads-kv 1 --experts 2 --used 1 --ff 32 --vocab 260 \
+      --ctx 64 --type q8_0 -o "$corpus_model/seed-$a.gguf" >>"$log" 2>&1
+done
+[ -f "$corpus_model/seed-olmoe-f16.gguf" ] ||
+  "$MOLE" synth --arch olmoe --embd 32 --layers 1 --heads 2 --experts 2 --used 1 --ff 32 --vocab 260 --ctx 64 \
+    --type f16 -o "$corpus_model/seed-olmoe-f16.gguf" >>"$log" 2>&1
+python3 - "$corpus_model/seed-bpe.gguf" <<'PY'
+import struct, sys
+def s(x): b = x.encode("utf-8"); return struct.pack("<Q", len(b)) + b
+def kv_str(k, v): return s(k) + struct.pack("<I", 8) + s(v)
+def kv_u32(k, v): return s(k) + struct.pack("<II", 4, v)
+def kv_strs(k, vs): return s(k) + struct.pack("<IIQ", 9, 8, len(vs)) + b"".join(s(v) for v in vs)
+def kv_i32s(k, vs): return s(k) + struct.pack("<IIQ", 9, 5, len(vs)) + b"".join(struct.pack("<i", v) for v in vs)
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))  # GPT-2's byte map
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+ch = dict(zip(bs, cs))
+merges = ["\u0120 t", "h e", "\u0120t he", "l l", "e ll", "h ell", "hell o", "\u0120 w", "o r", "\u0120w or", "l d", "1 2"]
+toks = [chr(ch[b]) for b in range(256)] + [m.replace(" ", "") for m in merges] + ["<|endoftext|>", "<s>", "</s>"]
+kvs = [kv_str("general.architecture", "llama"), kv_str("tokenizer.ggml.model", "gpt2"),
+       kv_str("tokenizer.ggml.pre", "gpt-2"), kv_strs("tokenizer.ggml.tokens", toks),
+       kv_i32s("tokenizer.ggml.token_type", [1] * (len(toks) - 3) + [3] * 3), kv_strs("tokenizer.ggml.merges", merges),
+       kv_u32("tokenizer.ggml.bos_token_id", len(toks) - 2), kv_u32("tokenizer.ggml.eos_token_id", len(toks) - 1)]
+open(sys.argv[1], "wb").write(b"GGUF" + struct.pack("<IQQ", 3, 0, len(kvs)) + b"".join(kvs))
+PY
+run_fuzzer fuzz_model "$corpus_model" "$secs_model" 262144
