@@ -5,7 +5,8 @@
 //   -c: a 1 MiB matrix (cache resident): kernel throughput without DRAM
 //   -m: matrix size (default 64 MiB; the L3 here is 300 MiB, use -m 1024 for DRAM)
 // usage: quant_bench tq [-z ZERO_FRACTION] [-q]: weights/s of the TQ1 fused decode +
-//   matmul against q4_0 and q8_0 at Mixtral expert shapes (14336x4096,
+//   matmul against q4_0 and q8_0 (rows, and q4_0r / q8_0r: the R16 groups decode
+//   uses) at Mixtral expert shapes (14336x4096,
 //   4096x14336) and 256x256, 1 and 8 tokens, 1 and 2 threads (tq_bench below);
 //   -q: TQ1 alone.
 #include <math.h>
@@ -380,6 +381,15 @@ static int tq_bench(int argc, char **argv) {
     char *X8 = mole_aligned_alloc(64, x8s * n_tok_max);
     for (int64_t j = 0; j < n_tok_max; j++) quant_traits_of(QT_Q8_0)->from_float(X + j * k, X8 + j * x8s, k);
     float *y = mole_aligned_alloc(64, (size_t)(R * n_tok_max) * sizeof(float));
+    char *q4r = NULL, *q8r = NULL;
+    if (!g_tq_only && quant_r16_preferred(QT_Q4_0, R)) {
+      q4r = mole_aligned_alloc(64, quant_row_size(QT_Q4_0, k) * R);
+      quant_r16_pack(QT_Q4_0, m->q4, q4r, k, R, 0, R / 16);
+    }
+    if (!g_tq_only && quant_r16_preferred(QT_Q8_0, R)) {
+      q8r = mole_aligned_alloc(64, quant_row_size(QT_Q8_0, k) * R);
+      quant_r16_pack(QT_Q8_0, m->q8, q8r, k, R, 0, R / 16);
+    }
     const int reps = (int)MOLE_MAX(1, 1.5e9 / nw);
     const int64_t toks[] = {1, 8};
     for (int ti = 0; ti < 2; ti++) {
@@ -392,11 +402,16 @@ static int tq_bench(int argc, char **argv) {
       j8.tr = quant_traits_of(QT_Q8_0);
       j8.W = m->q8;
       j8.rs = quant_row_size(QT_Q8_0, k);
+      job j4r = j4, j8r = j8;  // the layout decode uses (R16 groups), when this ISA has its kernels
+      j4r.W = q4r;
+      j8r.W = q8r;
+      j4r.lay = j8r.lay = QL_R16;
       struct {
         const char *name;
         job *j;
-      } cases[] = {{"tq1", &jt}, {"q4_0", &j4}, {"q8_0", &j8}};
-      for (int c = 0; c < (g_tq_only ? 1 : 3); c++) {
+      } cases[] = {{"tq1", &jt}, {"q4_0", &j4}, {"q8_0", &j8}, {"q4_0r", &j4r}, {"q8_0r", &j8r}};
+      for (int c = 0; c < (g_tq_only ? 1 : 5); c++) {
+        if (!cases[c].j->W) continue;
         run(cases[c].j, 1);  // warm
         for (int nth = 1; nth <= 2; nth++) {
           const double sec = run(cases[c].j, nth), wall = g_wall, w = nw * reps;
@@ -411,6 +426,8 @@ static int tq_bench(int argc, char **argv) {
     mole_aligned_free(X8);
     mole_aligned_free(y);
     mole_aligned_free(blob);
+    mole_aligned_free(q4r);
+    mole_aligned_free(q8r);
     tq_mat_free(m);
   }
   tq_book_free(book);
