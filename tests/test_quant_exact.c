@@ -443,7 +443,9 @@ static void test_r16_gemm(void **st) {
                {QT_Q8_0, 80, 2, 64, false}, {QT_Q4_0, 112, 1, 96, false}, {QT_Q4_0, 48, 1, 32, true},
                {QT_Q4_0, 64, 2, 64, true}, {QT_Q4_0, 96, 3, 96, false}, {QT_Q4_0, 80, 4, 32, true},
                // 2-8 tokens: q8_0 passes one token at a time over each pair of groups
-               {QT_Q8_0, 112, 5, 64, true}, {QT_Q8_0, 80, 8, 96, false}};
+               {QT_Q8_0, 112, 5, 64, true}, {QT_Q8_0, 80, 8, 96, false},
+               // pairs too long for L2: a group at a time (several tokens), or still paired (one)
+               {QT_Q8_0, 48, 3, 16384, false}, {QT_Q8_0, 64, 1, 16384, true}};
   for (int lvl = 0; lvl <= QUANT_ISA_TOP; lvl++) {
     quant_force_isa(lvl);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {

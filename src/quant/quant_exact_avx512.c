@@ -910,12 +910,15 @@ static void tile_l8(bool r16, bool q4, const void *W, size_t wstride, const void
   // memory, the others find it in L2. The exact order's float work per token
   // is what bounds q8_0 here, so a token costs the same in its own pass, and
   // the pass keeps the two-stream overlap of memory and compute that one
-  // token gets (q8_0 from DRAM, one thread: 2 tokens 14.6 -> 21 GB/s).
-  if (r16 && nt <= L8_PASS_TOK && 2 * nb * 16 * sizeof(blk_q8_0) <= L8_PASS_BYTES) {
+  // token gets (q8_0 from DRAM, one thread: 2 tokens 14.6 -> 21 GB/s). A
+  // pair too long for L2 (k over ~15k) goes a group at a time, two tokens in
+  // the slots.
+  if (r16 && nt <= L8_PASS_TOK) {
     __m512 acc[2][4][2];
     const blk_q8_0 *x[2];
     const int32_t *aux[2];
-    const int64_t half = (i1 - i0) / 32 * 16;
+    const bool pairs = nt == 1 || 2 * nb * 16 * sizeof(blk_q8_0) <= L8_PASS_BYTES;
+    const int64_t half = pairs ? (i1 - i0) / 32 * 16 : 0;
     for (int64_t r0 = i0; r0 < i0 + half; r0 += 16) {
       const uint8_t *g[2] = {(const uint8_t *)W + (size_t)r0 * wstride, (const uint8_t *)W + (size_t)(r0 + half) * wstride};
       for (int64_t t = 0; t < nt; t++) {
