@@ -20,9 +20,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static char g_path[64];
 
+static void remove_file(void) { unlink(g_path); }
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!g_path[0]) {
     snprintf(g_path, sizeof g_path, "/dev/shm/mole-fuzz-model-%d.gguf", (int)getpid());
+    atexit(remove_file);
     mole_log_quiet();
   }
   gguf_file *g = NULL;
