@@ -1069,63 +1069,85 @@ static inline __m512i q6k_pair16(__m512i plane, int at) {
   return _mm512_srai_epi16(_mm512_shuffle_epi8(plane, _mm512_add_epi8(idx, _mm512_set4_epi32(12 << 8 | 12 << 24, 8 << 8 | 8 << 24, 4 << 8 | 4 << 24, 0))), 8);
 }
 
-static void tile_q6k_r16(const void *W, size_t rb, const void *X, size_t xstride, float *Y, int64_t ldy, int64_t i0,
-                         int64_t i1, int64_t j0, int64_t j1, int64_t k) {
-  const int64_t nb = k / QK_K;
+// T tokens (1 or 2) from jt against one group: the codes and scales of each
+// sub-block are unpacked once for both (the per-token float steps are the
+// same as one token's, so the bits are too).
+static inline __attribute__((always_inline)) void q6k_r16_tokens(const int T, const uint8_t *grp, int64_t nb,
+                                                                 const void *X, size_t xstride, int64_t jt, bool pf,
+                                                                 int nr, float *Y, int64_t ldy, int64_t r0) {
   const size_t gbs = 16 * sizeof(blk_q6_K);
   const __m512i m6 = _mm512_set1_epi8(0x3f);
-  for (int64_t r0 = i0; r0 < i1; r0 += 16) {
-    const int nr = (int)MOLE_MIN(16, i1 - r0);
-    const uint8_t *grp = (const uint8_t *)W + (size_t)r0 * rb;
-    for (int64_t jt = j0; jt < j1; jt++) {
-      const blk_q8_K *xb = (const blk_q8_K *)((const char *)X + (size_t)jt * xstride);
-      __m512 acc[8];
-      for (int l = 0; l < 8; l++) acc[l] = _mm512_setzero_ps();
-      for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *gb = grp + (size_t)b * gbs;
-        const blk_q8_K *x = xb + b;
-        if (jt == j0 && j1 - j0 >= QX_PF_TOK) prefetch_gb(gb, gbs);
-        const int32_t *xq = (const int32_t *)x->qs;
-        __m512i sp[4];
-        for (int u = 0; u < 4; u++) sp[u] = _mm512_loadu_si512(gb + 32 + 64 * u);
-        const __m512 d = _mm512_mul_ps(_mm512_set1_ps(x->d), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb)));
-        QX_UNROLL for (int h = 0; h < 2; h++) {  // lanes 4h..4h+3: scales 2c + h of each 16
-          __m512i li[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
-                           _mm512_setzero_si512()};
-          QX_UNROLL for (int j = 0; j < 2; j++) {
-            __m512i sc[4];
+  const blk_q8_K *xb[2];
+  for (int t = 0; t < T; t++) xb[t] = (const blk_q8_K *)((const char *)X + (size_t)(jt + t) * xstride);
+  __m512 acc[2][8];
+  for (int t = 0; t < T; t++)
+    for (int l = 0; l < 8; l++) acc[t][l] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *gb = grp + (size_t)b * gbs;
+    if (pf) prefetch_gb(gb, gbs);
+    __m512i sp[4];
+    for (int u = 0; u < 4; u++) sp[u] = _mm512_loadu_si512(gb + 32 + 64 * u);
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb));
+    QX_UNROLL for (int h = 0; h < 2; h++) {  // lanes 4h..4h+3: scales 2c + h of each 16
+      __m512i li[2][4];
+      QX_UNROLL for (int t = 0; t < T; t++) QX_UNROLL for (int q = 0; q < 4; q++) li[t][q] = _mm512_setzero_si512();
+      QX_UNROLL for (int j = 0; j < 2; j++) {
+        __m512i sc[4];
+        QX_UNROLL for (int c = 0; c < 4; c++) {
+          const int sidx = 8 * j + 2 * c + h;
+          sc[c] = q6k_sc16(sp[sidx / 4], sidx % 4);
+        }
+        QX_UNROLL for (int li4 = 0; li4 < 4; li4++) {
+          const int l = 4 * h + li4;
+          const uint8_t *cg = gb + 288 + 192 * (8 * h + 4 * j + li4);
+          const __m512i A = _mm512_loadu_si512(cg), B = _mm512_loadu_si512(cg + 64), C = _mm512_loadu_si512(cg + 128);
+          const __m512i R[4] = {_mm512_and_si512(A, m6), _mm512_and_si512(B, m6), _mm512_and_si512(C, m6),
+                                q6k_r16_code3(A, B, C)};
+          QX_UNROLL for (int t = 0; t < T; t++) {
+            const int32_t *xq = (const int32_t *)xb[t][b].qs;
             QX_UNROLL for (int c = 0; c < 4; c++) {
-              const int sidx = 8 * j + 2 * c + h;
-              sc[c] = q6k_sc16(sp[sidx / 4], sidx % 4);
+              int32_t xd;
+              memcpy(&xd, xq + 32 * j + 8 * c + l, 4);
+              const __m512i is = _mm512_dpbusd_epi32(_mm512_setzero_si512(), R[c], _mm512_set1_epi32(xd));
+              li[t][li4] = _mm512_add_epi32(li[t][li4], _mm512_madd_epi16(is, sc[c]));
             }
-            QX_UNROLL for (int li4 = 0; li4 < 4; li4++) {
-              const int l = 4 * h + li4;
-              const uint8_t *cg = gb + 288 + 192 * (8 * h + 4 * j + li4);
-              const __m512i A = _mm512_loadu_si512(cg), B = _mm512_loadu_si512(cg + 64), C = _mm512_loadu_si512(cg + 128);
-              const __m512i R[4] = {_mm512_and_si512(A, m6), _mm512_and_si512(B, m6), _mm512_and_si512(C, m6),
-                                    q6k_r16_code3(A, B, C)};
-              QX_UNROLL for (int c = 0; c < 4; c++) {
-                int32_t xd;
-                memcpy(&xd, xq + 32 * j + 8 * c + l, 4);
-                const __m512i is = _mm512_dpbusd_epi32(_mm512_setzero_si512(), R[c], _mm512_set1_epi32(xd));
-                li[li4] = _mm512_add_epi32(li[li4], _mm512_madd_epi16(is, sc[c]));
-              }
-            }
-          }
-          QX_UNROLL for (int li4 = 0; li4 < 4; li4++) {
-            const int l = 4 * h + li4;
-            const int32_t bp = (int32_t)((uint32_t)(uint16_t)x->bsums[2 * l] | (uint32_t)(uint16_t)x->bsums[2 * l + 1] << 16);
-            const __m512i corr =
-                _mm512_dpwssd_epi32(_mm512_setzero_si512(), q6k_pair16(sp[l / 2], 2 * (l % 2)), _mm512_set1_epi32(bp));
-            const __m512i lane = _mm512_sub_epi32(li[li4], _mm512_slli_epi32(corr, 5));
-            acc[l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lane), acc[l]);
           }
         }
       }
-      // hsum_float_8 per row, lane-wise
-      const __m512 s0 = _mm512_add_ps(_mm512_add_ps(acc[0], acc[4]), _mm512_add_ps(acc[2], acc[6]));
-      const __m512 s1 = _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7]));
-      _mm512_mask_storeu_ps(Y + jt * ldy + r0, tail16(nr), _mm512_add_ps(s0, s1));
+      QX_UNROLL for (int t = 0; t < T; t++) {
+        const blk_q8_K *x = xb[t] + b;
+        const __m512 d = _mm512_mul_ps(_mm512_set1_ps(x->d), dw);
+        QX_UNROLL for (int li4 = 0; li4 < 4; li4++) {
+          const int l = 4 * h + li4;
+          const int32_t bp =
+              (int32_t)((uint32_t)(uint16_t)x->bsums[2 * l] | (uint32_t)(uint16_t)x->bsums[2 * l + 1] << 16);
+          const __m512i corr =
+              _mm512_dpwssd_epi32(_mm512_setzero_si512(), q6k_pair16(sp[l / 2], 2 * (l % 2)), _mm512_set1_epi32(bp));
+          const __m512i lane = _mm512_sub_epi32(li[t][li4], _mm512_slli_epi32(corr, 5));
+          acc[t][l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lane), acc[t][l]);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < T; t++) {  // hsum_float_8 per row, lane-wise
+    const __m512 s0 = _mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][4]), _mm512_add_ps(acc[t][2], acc[t][6]));
+    const __m512 s1 = _mm512_add_ps(_mm512_add_ps(acc[t][1], acc[t][5]), _mm512_add_ps(acc[t][3], acc[t][7]));
+    _mm512_mask_storeu_ps(Y + (jt + t) * ldy + r0, tail16(nr), _mm512_add_ps(s0, s1));
+  }
+}
+
+static void tile_q6k_r16(const void *W, size_t rb, const void *X, size_t xstride, float *Y, int64_t ldy, int64_t i0,
+                         int64_t i1, int64_t j0, int64_t j1, int64_t k) {
+  const int64_t nb = k / QK_K;
+  for (int64_t r0 = i0; r0 < i1; r0 += 16) {
+    const int nr = (int)MOLE_MIN(16, i1 - r0);
+    const uint8_t *grp = (const uint8_t *)W + (size_t)r0 * rb;
+    for (int64_t jt = j0; jt < j1; jt += 2) {
+      const bool pf = jt == j0 && j1 - j0 >= QX_PF_TOK;
+      if (jt + 2 <= j1)
+        q6k_r16_tokens(2, grp, nb, X, xstride, jt, pf, nr, Y, ldy, r0);
+      else
+        q6k_r16_tokens(1, grp, nb, X, xstride, jt, pf, nr, Y, ldy, r0);
     }
   }
 }
