@@ -1159,56 +1159,80 @@ static void tile_q6k_r16(const void *W, size_t rb, const void *X, size_t xstride
 // bit (qh, bit s) put together; acc[l] += d * lane; the mins' sum
 // sum_s mn[s] * bsum(s) goes into summs with dmin. Integer sums are exact in
 // any order; the float steps are the reference's.
+// T tokens (1 or 2) from jt against one group: each sub-block's codes and
+// the block's scales are unpacked once for both (per-token float steps as
+// one token's: the same bits).
+static inline __attribute__((always_inline)) void q5k_r16_tokens(const int T, const uint8_t *grp, int64_t nb,
+                                                                 const void *X, size_t xstride, int64_t jt, bool pf,
+                                                                 int nr, float *Y, int64_t ldy, int64_t r0) {
+  const size_t gbs = 16 * sizeof(blk_q5_K);
+  const __m512i m4 = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
+  const blk_q8_K *xb[2];
+  for (int t = 0; t < T; t++) xb[t] = (const blk_q8_K *)((const char *)X + (size_t)(jt + t) * xstride);
+  __m512 acc[2][8], summs[2];
+  for (int t = 0; t < T; t++) {
+    summs[t] = _mm512_setzero_ps();
+    for (int l = 0; l < 8; l++) acc[t][l] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *gb = grp + (size_t)b * gbs;
+    if (pf) prefetch_gb(gb, gbs);
+    const q4k_scales S = k4_scales_r16(gb);
+    __m512i sc[8];
+    QX_UNROLL for (int s = 0; s < 8; s++) sc[s] = byte_of(s < 4 ? S.s_lo : S.s_hi, s % 4);
+    __m512 d[2];
+    QX_UNROLL for (int t = 0; t < T; t++) {
+      const blk_q8_K *x = xb[t] + b;
+      __m512i mins = _mm512_setzero_si512();
+      QX_UNROLL for (int s = 0; s < 8; s++) {
+        const int16_t bs = (int16_t)(x->bsums[2 * s] + x->bsums[2 * s + 1]);
+        mins = _mm512_add_epi32(mins, _mm512_madd_epi16(byte_of(s < 4 ? S.m_lo : S.m_hi, s % 4), _mm512_set1_epi16(bs)));
+      }
+      d[t] = _mm512_mul_ps(_mm512_set1_ps(x->d), S.dw);
+      const __m512 dmin = _mm512_mul_ps(_mm512_set1_ps(-x->d), S.dmw);
+      summs[t] = _mm512_fmadd_ps(dmin, _mm512_cvtepi32_ps(mins), summs[t]);
+    }
+    QX_UNROLL for (int l = 0; l < 8; l++) {
+      const uint8_t *gl = gb + 256 + 320 * l;  // qh, then the 4 qs registers of lane l
+      const __m512i H = _mm512_loadu_si512(gl);
+      __m512i lane[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+      QX_UNROLL for (int j = 0; j < 4; j++) {
+        const __m512i Q = _mm512_loadu_si512(gl + 64 + 64 * j);
+        QX_UNROLL for (int h = 0; h < 2; h++) {
+          const int s = 2 * j + h;
+          const __m512i lo = _mm512_and_si512(h ? _mm512_srli_epi32(Q, 4) : Q, m4);
+          const __m512i hi = _mm512_and_si512(s <= 4 ? _mm512_slli_epi32(H, 4 - s) : _mm512_srli_epi32(H, s - 4), b4);
+          const __m512i code = _mm512_or_si512(lo, hi);
+          QX_UNROLL for (int t = 0; t < T; t++) {
+            int32_t xd;
+            memcpy(&xd, (const int32_t *)xb[t][b].qs + 8 * s + l, 4);
+            const __m512i is = _mm512_dpbusd_epi32(_mm512_setzero_si512(), code, _mm512_set1_epi32(xd));
+            lane[t] = _mm512_add_epi32(lane[t], _mm512_madd_epi16(is, sc[s]));
+          }
+        }
+      }
+      QX_UNROLL for (int t = 0; t < T; t++) acc[t][l] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(lane[t]), acc[t][l]);
+    }
+  }
+  for (int t = 0; t < T; t++) {  // hsum_float_8 per row, lane-wise, then the mins
+    const __m512 s0 = _mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][4]), _mm512_add_ps(acc[t][2], acc[t][6]));
+    const __m512 s1 = _mm512_add_ps(_mm512_add_ps(acc[t][1], acc[t][5]), _mm512_add_ps(acc[t][3], acc[t][7]));
+    _mm512_mask_storeu_ps(Y + (jt + t) * ldy + r0, tail16(nr), _mm512_add_ps(_mm512_add_ps(s0, s1), summs[t]));
+  }
+}
+
 static void tile_q5k_r16(const void *W, size_t rb, const void *X, size_t xstride, float *Y, int64_t ldy, int64_t i0,
                          int64_t i1, int64_t j0, int64_t j1, int64_t k) {
   const int64_t nb = k / QK_K;
-  const size_t gbs = 16 * sizeof(blk_q5_K);
-  const __m512i m4 = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
   for (int64_t r0 = i0; r0 < i1; r0 += 16) {
     const int nr = (int)MOLE_MIN(16, i1 - r0);
     const uint8_t *grp = (const uint8_t *)W + (size_t)r0 * rb;
-    for (int64_t jt = j0; jt < j1; jt++) {
-      const blk_q8_K *xb = (const blk_q8_K *)((const char *)X + (size_t)jt * xstride);
-      __m512 acc[8], summs = _mm512_setzero_ps();
-      for (int l = 0; l < 8; l++) acc[l] = _mm512_setzero_ps();
-      for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *gb = grp + (size_t)b * gbs;
-        const blk_q8_K *x = xb + b;
-        if (jt == j0 && j1 - j0 >= QX_PF_TOK) prefetch_gb(gb, gbs);
-        const q4k_scales S = k4_scales_r16(gb);
-        __m512i sc[8], mins = _mm512_setzero_si512();
-        QX_UNROLL for (int s = 0; s < 8; s++) {
-          sc[s] = byte_of(s < 4 ? S.s_lo : S.s_hi, s % 4);
-          const int16_t bs = (int16_t)(x->bsums[2 * s] + x->bsums[2 * s + 1]);
-          mins = _mm512_add_epi32(mins, _mm512_madd_epi16(byte_of(s < 4 ? S.m_lo : S.m_hi, s % 4), _mm512_set1_epi16(bs)));
-        }
-        const __m512 d = _mm512_mul_ps(_mm512_set1_ps(x->d), S.dw);
-        const __m512 dmin = _mm512_mul_ps(_mm512_set1_ps(-x->d), S.dmw);
-        summs = _mm512_fmadd_ps(dmin, _mm512_cvtepi32_ps(mins), summs);
-        const int32_t *xq = (const int32_t *)x->qs;
-        QX_UNROLL for (int l = 0; l < 8; l++) {
-          const uint8_t *gl = gb + 256 + 320 * l;  // qh, then the 4 qs registers of lane l
-          const __m512i H = _mm512_loadu_si512(gl);
-          __m512i lane = _mm512_setzero_si512();
-          QX_UNROLL for (int j = 0; j < 4; j++) {
-            const __m512i Q = _mm512_loadu_si512(gl + 64 + 64 * j);
-            QX_UNROLL for (int h = 0; h < 2; h++) {
-              const int s = 2 * j + h;
-              const __m512i lo = _mm512_and_si512(h ? _mm512_srli_epi32(Q, 4) : Q, m4);
-              const __m512i hi = _mm512_and_si512(s <= 4 ? _mm512_slli_epi32(H, 4 - s) : _mm512_srli_epi32(H, s - 4), b4);
-              int32_t xd;
-              memcpy(&xd, xq + 8 * s + l, 4);
-              const __m512i is = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_or_si512(lo, hi), _mm512_set1_epi32(xd));
-              lane = _mm512_add_epi32(lane, _mm512_madd_epi16(is, sc[s]));
-            }
-          }
-          acc[l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lane), acc[l]);
-        }
-      }
-      // hsum_float_8 per row, lane-wise, then the mins
-      const __m512 s0 = _mm512_add_ps(_mm512_add_ps(acc[0], acc[4]), _mm512_add_ps(acc[2], acc[6]));
-      const __m512 s1 = _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7]));
-      _mm512_mask_storeu_ps(Y + jt * ldy + r0, tail16(nr), _mm512_add_ps(_mm512_add_ps(s0, s1), summs));
+    for (int64_t jt = j0; jt < j1; jt += 2) {
+      const bool pf = jt == j0 && j1 - j0 >= QX_PF_TOK;
+      if (jt + 2 <= j1)
+        q5k_r16_tokens(2, grp, nb, X, xstride, jt, pf, nr, Y, ldy, r0);
+      else
+        q5k_r16_tokens(1, grp, nb, X, xstride, jt, pf, nr, Y, ldy, r0);
     }
   }
 }
