@@ -1136,18 +1136,27 @@ static inline __attribute__((always_inline)) void q6k_r16_tokens(const int T, co
   }
 }
 
-static void tile_q6k_r16(const void *W, size_t rb, const void *X, size_t xstride, float *Y, int64_t ldy, int64_t i0,
-                         int64_t i1, int64_t j0, int64_t j1, int64_t k) {
+// One or two tokens from jt against one R16 group (q6_K, q5_K kernels below).
+typedef void k16_tokens_fn(const uint8_t *grp, int64_t nb, const void *X, size_t xstride, int64_t jt, bool pf, int nr,
+                           float *Y, int64_t ldy, int64_t r0);
+#define K16_TOKENS(name, T)                                                                                        \
+  static void name##_##T(const uint8_t *grp, int64_t nb, const void *X, size_t xstride, int64_t jt, bool pf, int nr, \
+                         float *Y, int64_t ldy, int64_t r0) {                                                      \
+    name(T, grp, nb, X, xstride, jt, pf, nr, Y, ldy, r0);                                                          \
+  }
+K16_TOKENS(q6k_r16_tokens, 1)
+K16_TOKENS(q6k_r16_tokens, 2)
+
+// The groups of [i0, i1), tokens two at a time (one for an odd last).
+static void tile_k16(k16_tokens_fn *one, k16_tokens_fn *two, const void *W, size_t rb, const void *X, size_t xstride,
+                     float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k) {
   const int64_t nb = k / QK_K;
   for (int64_t r0 = i0; r0 < i1; r0 += 16) {
     const int nr = (int)MOLE_MIN(16, i1 - r0);
     const uint8_t *grp = (const uint8_t *)W + (size_t)r0 * rb;
     for (int64_t jt = j0; jt < j1; jt += 2) {
       const bool pf = jt == j0 && j1 - j0 >= QX_PF_TOK;
-      if (jt + 2 <= j1)
-        q6k_r16_tokens(2, grp, nb, X, xstride, jt, pf, nr, Y, ldy, r0);
-      else
-        q6k_r16_tokens(1, grp, nb, X, xstride, jt, pf, nr, Y, ldy, r0);
+      (jt + 2 <= j1 ? two : one)(grp, nb, X, xstride, jt, pf, nr, Y, ldy, r0);
     }
   }
 }
@@ -1221,21 +1230,8 @@ static inline __attribute__((always_inline)) void q5k_r16_tokens(const int T, co
   }
 }
 
-static void tile_q5k_r16(const void *W, size_t rb, const void *X, size_t xstride, float *Y, int64_t ldy, int64_t i0,
-                         int64_t i1, int64_t j0, int64_t j1, int64_t k) {
-  const int64_t nb = k / QK_K;
-  for (int64_t r0 = i0; r0 < i1; r0 += 16) {
-    const int nr = (int)MOLE_MIN(16, i1 - r0);
-    const uint8_t *grp = (const uint8_t *)W + (size_t)r0 * rb;
-    for (int64_t jt = j0; jt < j1; jt += 2) {
-      const bool pf = jt == j0 && j1 - j0 >= QX_PF_TOK;
-      if (jt + 2 <= j1)
-        q5k_r16_tokens(2, grp, nb, X, xstride, jt, pf, nr, Y, ldy, r0);
-      else
-        q5k_r16_tokens(1, grp, nb, X, xstride, jt, pf, nr, Y, ldy, r0);
-    }
-  }
-}
+K16_TOKENS(q5k_r16_tokens, 1)
+K16_TOKENS(q5k_r16_tokens, 2)
 
 // tinyBLAS orders: 4 rows x 4 tokens of 16-lane accumulators
 static void tile_tiny(qx_order o, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
@@ -1324,8 +1320,8 @@ void quant_exact_tile_r16_avx512(qx_order o, quant_type t, const void *W, int64_
     case QX_Q4_K_V256: tile_q4k_repack(true, false, W, rb, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
     case QX_Q4_K_V64: tile_q4k_repack(true, true, W, rb, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
     case QX_Q8_0: tile_l8(true, false, W, rb, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
-    case QX_Q6_K_K8: tile_q6k_r16(W, rb, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
-    case QX_Q5_K_K8: tile_q5k_r16(W, rb, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
+    case QX_Q6_K_K8: tile_k16(q6k_r16_tokens_1, q6k_r16_tokens_2, W, rb, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
+    case QX_Q5_K_K8: tile_k16(q5k_r16_tokens_1, q5k_r16_tokens_2, W, rb, X, xstride, Y, ldy, i0, i1, j0, j1, k); return;
     default: MOLE_ASSERT(!"quant_exact_tile_r16_avx512: no R16 kernel for this order");
   }
 }
