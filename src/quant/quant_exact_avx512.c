@@ -759,10 +759,7 @@ static void tile_q4k_repack(bool r16, bool v64, const void *W, size_t wstride, c
 // unsigned, 64 bytes per pair.
 enum { L8_PB = 4 * 64 + 64 };
 // token passes over a pair of R16 groups (tile_l8): up to this many tokens, pairs up to this many bytes (L2)
-#ifndef L8_PASS_TOK
-#define L8_PASS_TOK 8
-#endif
-enum { L8_PASS_BYTES = 512 << 10 };
+enum { L8_PASS_TOK = 8, L8_PASS_BYTES = 512 << 10 };
 
 static void l8_aux(bool q4, const blk_q8_0 *x, int64_t nb, int32_t *aux) {
   const __m256i off = q4 ? _mm256_set1_epi8(8) : _mm256_set1_epi8((char)0x80), z = _mm256_setzero_si256();
@@ -1047,8 +1044,8 @@ static void tile_l8(bool r16, bool q4, const void *W, size_t wstride, const void
 // q6_K (vec_dot_q6_K_q8_K: 8 float lanes per row, one fma per block) on R16
 // groups: one row per lane, so a row's 8 lanes are 8 registers. Lane l sums
 // the elements 4l..4l+3 of every 32 (j 0..1, c 0..3) times their scales; the
-// layout (quant_r16.c) stores its codes in the order read here. Tokens one at a
-// time (the group's blocks stay in L2 across them).
+// layout (quant_r16.c) stores its codes in the order read here. Tokens two at
+// a time (tile_k16), the group's blocks staying in L2 across the pairs.
 static inline __m512i q6k_r16_code3(__m512i A, __m512i B, __m512i C) {
   const __m512i m03 = _mm512_set1_epi8(0x03), m0c = _mm512_set1_epi8(0x0c);
   // bits 0-1 from A >> 6, 2-3 from B >> 4, 4-5 from C >> 2 (vpternlog bit selects)
@@ -1161,8 +1158,8 @@ static void tile_k16(k16_tokens_fn *one, k16_tokens_fn *two, const void *W, size
   }
 }
 
-// q5_K (vec_dot_q5_K_q8_K order) from R16 groups, a row per lane, tokens one
-// at a time (the group block stays in cache for the next). Per super-block:
+// q5_K (vec_dot_q5_K_q8_K order) from R16 groups, a row per lane, tokens two
+// at a time (tile_k16; the group block stays in cache for the next pair). Per super-block:
 // lane l (0..7) = sum over the 8 sub-blocks s of sc[s] * dot(codes 4l..4l+3
 // of s, the token's bytes there), each code its low nibble (qs) and fifth
 // bit (qh, bit s) put together; acc[l] += d * lane; the mins' sum
