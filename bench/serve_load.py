@@ -5,7 +5,10 @@ JSON line: aggregate generated tokens/s, p50/p99 time to first token and
 inter-token latency, and (for mole serve) expert bytes read per generated
 token from /metrics. Python standard library only.
 
-usage: serve_load.py URL STREAMS [--requests R] [--max-tokens N] [--api-key K]
+--prompt-chars N pads each prompt with words to N characters (long prompts:
+a bounded KV cache's load), and mole's KV gauges from /metrics are added.
+
+usage: serve_load.py URL STREAMS [--requests R] [--max-tokens N] [--prompt-chars N] [--api-key K]
 """
 import argparse
 import http.client
@@ -14,6 +17,10 @@ import statistics
 import threading
 import time
 import urllib.parse
+
+
+WORDS = ("river stone light market winter garden letter silver engine forest window harbor candle "
+         "mountain paper thunder orchard lantern meadow copper bridge valley whisper compass").split()
 
 
 def percentile(xs, p):
@@ -90,6 +97,7 @@ def main():
     ap.add_argument("streams", type=int)
     ap.add_argument("--requests", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--prompt-chars", type=int, default=0)
     ap.add_argument("--api-key", default="")
     a = ap.parse_args()
     recs = [{"ttft": [], "itl": [], "tokens": 0, "requests": 0, "errors": 0} for _ in range(a.streams)]
@@ -98,6 +106,11 @@ def main():
     def stream(i):
         for j in range(a.requests):
             prompt = "Request %d of stream %d: tell a long story about the number %d." % (j, i, 1000 * i + j)
+            words, k = [], 0
+            while len(prompt) + sum(len(w) + 1 for w in words) < a.prompt_chars:
+                words.append(WORDS[(7 * i + 13 * j + 31 * k + k * k) % len(WORDS)])
+                k += 1
+            prompt = (prompt + " " + " ".join(words))[:max(a.prompt_chars, len(prompt))]
             one_request(a.url, a.api_key, prompt, a.max_tokens, 1000 * i + j, recs[i])
 
     t0 = time.monotonic()
@@ -119,6 +132,11 @@ def main():
     key_b, key_g = "mole_expert_bytes_read_total", "mole_generated_tokens_total"
     if key_b in m1 and key_g in m1 and m1[key_g] > m0.get(key_g, 0):
         out["bytes_per_token"] = round((m1[key_b] - m0.get(key_b, 0)) / (m1[key_g] - m0.get(key_g, 0)))
+    for k in ("mole_kv_bytes", "mole_kv_entries"):
+        if k in m1:
+            out[k[5:]] = int(m1[k])
+    if "mole_kv_evicted_total" in m1:
+        out["kv_evicted"] = int(m1["mole_kv_evicted_total"] - m0.get("mole_kv_evicted_total", 0))
     print(json.dumps(out))
 
 

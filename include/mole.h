@@ -54,8 +54,9 @@ typedef struct mole_offload_params {
   int prefetch_depth;          // layers predicted ahead; -1 = adaptive (default), 0 = off
   const char *trace_routing;   // write the routing trace here (NULL = none)
   // The sessions the auto budget leaves room for (KV cache and scratch), as
-  // in mole_session_params: 0 = the same defaults (min(train ctx, 4096), 512).
-  int64_t session_ctx, session_batch;
+  // in mole_session_params: 0 = the same defaults (min(train ctx, 4096), 512);
+  // session_count caches of that shape (a server's slots; 0 = 1) and one scratch.
+  int64_t session_ctx, session_batch, session_count;
   mole_kv_type session_kv_type;
 } mole_offload_params;
 
@@ -145,7 +146,8 @@ void mole_session_free(mole_session *s);
 void mole_session_reset(mole_session *s);
 // Forgets every position from n_past on (0 <= n_past <= current), so a
 // conversation can re-evaluate from a common prefix. A bounded KV cache that
-// has evicted entries can only stay where it is (MOLE_ERR_ARG otherwise).
+// has evicted entries can only stay where it is or start over at 0
+// (MOLE_ERR_ARG otherwise).
 mole_status mole_session_rewind(mole_session *s, int64_t n_past);
 int64_t mole_session_n_past(const mole_session *s);
 
@@ -251,9 +253,18 @@ typedef struct mole_server_params {
   int port;                // default 8080; 0 = any free port (mole_server_port)
   int parallel;            // sequences decoding at once (slots), default 4
   const char *api_key;     // NULL/"" = none; else "Authorization: Bearer KEY" on every route but /health
-  int64_t ctx_per_seq;     // KV capacity of each slot (0 = min(train ctx, 4096))
+  int64_t ctx_per_seq;     // longest sequence (prompt and output) of a slot, and its KV capacity when
+                           // unbounded (0 = min(train ctx, 4096))
   int64_t batch;           // prompt tokens prefilled per step beside the decoding ones (default 256)
   mole_kv_type kv_type;    // default f16
+  // A bounded KV cache per slot, as in mole_session_params (kv_budget 0 = none,
+  // the default): each slot then holds kv_budget + a step's tokens however long
+  // its sequence; a conversation reuses a slot's cache only while nothing was
+  // evicted or when it goes on from everything the slot holds.
+  int64_t kv_budget, kv_recent, kv_sinks;  // recent, sinks: -1 = the defaults
+  mole_kv_policy kv_policy;
+  const char *kv_retain;
+  float kv_decay;                          // -1 = the default
   const char *chat_template;  // NULL = the model's (chatml when it has none mole knows)
   const char *model_name;  // the id in responses; NULL = general.name or the file name
   int64_t max_body_bytes;  // larger request bodies get 413 (default 4 MiB)

@@ -100,7 +100,8 @@ check "missing heads" 1 "$T/none.gguf" -- "$M" run -m "$MF" --kv-budget 32 --ret
 check "heads with streaming" 1 "locret only" -- \
   "$M" run -m "$MF" --kv-budget 32 --kv-policy streaming --retain "$T/x.gguf" --tokens 1,2 -n 1
 check "bad decay" 2 "--kv-decay" -- "$M" run -m "$MF" --kv-budget 32 --kv-decay -1 --tokens 1,2 -n 1
-check "serve refuses" 2 "full KV caches" -- "$M" serve -m "$MF" --kv-budget 32
+check "serve: a budget not below -c" 1 "not below the context" -- timeout 60 "$M" serve -m "$MF" --port 0 -c 32 --kv-budget 32
+check "serve: bad policy" 2 "kv-policy" -- timeout 60 "$M" serve -m "$MF" --port 0 --kv-budget 16 --kv-policy nope
 
 [ "$fails" -eq 0 ] && echo "cli_kv: all passed"
 exit $((fails > 0))

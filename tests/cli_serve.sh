@@ -2,8 +2,8 @@
 # mole serve over loopback with real clients: curl (every route, streaming
 # and not, stop strings, malformed and hostile requests, API key, more
 # requests than slots, a full queue, a client that disconnects, a slow
-# client, SIGTERM), random hostile requests (tests/server/fuzz_http.py) and
-# the official openai npm client (tests/server/).
+# client, SIGTERM), random hostile requests (tests/server/fuzz_http.py), the
+# official openai npm client (tests/server/), and bounded KV caches.
 set -euo pipefail
 MOLE=${MOLE_BIN:?}
 SRC=${MOLE_SOURCE_DIR:?}
@@ -186,4 +186,54 @@ else
 fi
 kill -INT "$SPID"
 wait "$SPID" || fail "exit code after SIGINT"
+
+# bounded KV caches (--kv-budget): a greedy completion alone equals mole
+# run's with the same chunks (-b 16 + 3 slots = 19 tokens a step); a
+# conversation that goes on from all a slot holds reuses its cache after
+# evictions, one that would rewind into evicted entries starts over; long
+# prompts in parallel evict, are answered, and the caches stay in budget
+P="The quick brown fox jumps over the lazy dog while the farmer watches from his porch and the sun sets slowly"
+python3 -c 'import json,sys; print(json.dumps({"prompt": sys.argv[1], "max_tokens": 30, "temperature": 0}))' "$P" > "$T/kv.json"
+python3 -c 'print("the farmer watches the river and the hills " * 40)' > "$T/text.txt"
+"$MOLE" train-retain -m "$T/m.gguf" --data "$T/text.txt" --tokens 640 --seq-len 64 --window 8 --hidden 16 --batch 64 \
+  --epochs 2 -t 2 -o "$T/heads.gguf" > /dev/null 2>&1 || fail "bounded: train-retain"
+for pol in streaming h2o locret; do
+  BK=(--kv-budget 24 --kv-recent 8 --kv-type f32 --kv-policy "$pol")
+  [ "$pol" = locret ] && BK+=(--retain "$T/heads.gguf")
+  "$MOLE" run -m "$T/m.gguf" -t 2 -b 19 "${BK[@]}" -p "$P" -n 30 --temp 0 > "$T/run.out" 2> /dev/null
+  start_server "$T/s3.log" --parallel 3 -b 16 -c 512 "${BK[@]}"
+  U="http://127.0.0.1:$PORT"
+  curl -sf "$U/v1/completions" -d @"$T/kv.json" > "$T/kv.out" || fail "bounded $pol: completion"
+  python3 - "$T/kv.out" "$T/run.out" <<'PY' || fail "bounded $pol: the server's text differs from mole run's"
+import json, sys
+got = json.load(open(sys.argv[1]))["choices"][0]["text"]
+want = open(sys.argv[2], encoding="utf-8", errors="replace").read().rstrip("\n")
+assert got == want, (got, want)
+PY
+  [ "$pol" = locret ] || { kill -INT "$SPID"; wait "$SPID" || fail "bounded $pol: exit code after SIGINT"; }
+done
+X=$(python3 -c 'print(",".join(str(100 + 7 * i) for i in range(40)))')
+cached() { curl -sf "$U/v1/completions" -d "{\"prompt\":[$1],\"max_tokens\":$2}" |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["usage"]["prompt_tokens_details"]["cached_tokens"])'; }
+[ "$(cached "$X" 1)" = 0 ] || fail "bounded: a first prompt found in a cache"
+[ "$(cached "$X,5,6,7" 1)" = 40 ] || fail "bounded: going on from all a slot holds did not reuse it"
+[ "$(cached "${X%,*,*,*,*,*,*,*,*,*,*},8,9" 1)" = 0 ] || fail "bounded: a rewind into evicted entries reused the cache"
+for i in 1 2 3; do
+  python3 -c 'import json,sys; print(json.dumps({"prompt": ("word%s " % sys.argv[1]) * 120, "max_tokens": 20}))' $i > "$T/long$i.json"
+  curl -s -o "$T/kvl$i" -w "%{http_code}" "$U/v1/completions" --data-binary @"$T/long$i.json" > "$T/kvl$i.code" &
+done
+wait $(jobs -p | grep -v "^$SPID$") 2> /dev/null || true
+for i in 1 2 3; do [ "$(cat "$T/kvl$i.code")" = 200 ] || fail "bounded: long prompt $i: $(cat "$T/kvl$i.code")"; done
+curl -s "$U/metrics" > "$T/kv.metrics"
+python3 - "$T/kv.metrics" <<'PY' || fail "bounded: metrics $(grep '^mole_kv' "$T/kv.metrics")"
+import sys
+m = dict(l.split()[:2] for l in open(sys.argv[1]) if l.startswith("mole_kv"))
+assert int(m["mole_kv_evicted_total"]) > 0, m
+assert int(m["mole_kv_entries"]) <= 3 * 24, m  # every slot within its budget
+assert int(m["mole_kv_bytes"]) > 0, m
+PY
+kill -INT "$SPID"
+wait "$SPID" || fail "bounded: exit code after SIGINT"
+"$MOLE" serve -m "$T/m.gguf" --port 0 -c 64 --kv-budget 64 2> "$T/s4.log" && fail "a budget not below -c was accepted"
+grep -q "kv-budget 64 is not below the context" "$T/s4.log" || fail "budget >= -c: $(cat "$T/s4.log")"
 echo "cli_serve: ok"

@@ -385,10 +385,14 @@ static void session_api(void **state) {
   assert_int_equal(k.sinks, 4);
   assert_int_equal(mole_session_rewind(s, 200), MOLE_ERR_ARG);
   assert_non_null(strstr(mole_last_error(), "evicted"));
-  mole_batcher *b;
-  assert_int_equal(mole_batcher_new(m, 8, 32, &b), MOLE_OK);
-  mole_batch_item it = {s, t, 1, NULL, false};
+  mole_batcher *b;  // batched, a bounded sequence takes at most its n_batch tokens a pass
+  assert_int_equal(mole_batcher_new(m, 16, 32, &b), MOLE_OK);
+  mole_batch_item it = {s, t + 300 - 9, 9, NULL, false};
   assert_int_equal(mole_batcher_eval(b, &it, 1), MOLE_ERR_ARG);
+  assert_non_null(strstr(mole_last_error(), "bounded KV cache takes 8"));
+  it.n = 1;
+  assert_int_equal(mole_batcher_eval(b, &it, 1), MOLE_OK);
+  assert_int_equal(mole_session_n_past(s), 301);
   mole_batcher_free(b);
   mole_session_reset(s);
   assert_int_equal(mole_session_eval(s, t, 10, lg, false), MOLE_OK);
@@ -453,6 +457,103 @@ static void session_api(void **state) {
   mole_model_free(m);
 }
 
+// Bounded caches in one batch (mole_batcher, as the server runs them): every
+// sequence's logits equal, bit for bit, those it gets alone with the same
+// chunks, for each policy and KV type, while the sequences evict during
+// prefill and decode; a prompt chunk beside other sequences' decode steps.
+enum { BB_SEQ = 3, BB_DECODE = 18, BB_BATCH = 8, BB_BUDGET = 16 };
+static const int64_t k_bb_prompt[BB_SEQ] = {7, 30, 1};
+
+static mole_session *bb_session(mole_model *m, mole_kv_policy pol, mole_kv_type kt, const char *heads) {
+  mole_session_params sp = mole_session_default_params();
+  sp.kv_type = kt;
+  sp.n_batch = BB_BATCH;
+  sp.kv_budget = BB_BUDGET;
+  sp.kv_recent = 4;
+  sp.kv_policy = pol;
+  sp.kv_retain = pol == MOLE_KV_POLICY_LOCRET ? heads : NULL;
+  mole_session *s;
+  if (mole_session_new(m, &sp, &s)) fail_msg("session: %s", mole_last_error());
+  return s;
+}
+
+static void bb_check(const char *what, int64_t q, int64_t step, const float *a, const float *b, int64_t V) {
+  if (memcmp(a, b, (size_t)V * sizeof(float)) != 0) {
+    int64_t i = 0;
+    while (a[i] == b[i]) i++;
+    fail_msg("%s seq %lld step %lld: logit %lld batched %.9g alone %.9g", what, (long long)q, (long long)step,
+             (long long)i, (double)a[i], (double)b[i]);
+  }
+}
+
+static void batched_bounded_equals_alone(void **state) {
+  (void)state;
+  const char *models[] = {"mixtral", "qwen3moe"};
+  for (size_t mi = 0; mi < 2; mi++) {
+    mole_model *m = load(models[mi]);
+    const int64_t V = mole_model_n_vocab(m);
+    char heads[64];
+    snprintf(heads, sizeof heads, "/tmp/mole_test_kv_bb_%d.gguf", (int)getpid());
+    kv_retain *r = random_heads(m, 11);
+    assert_int_equal(kv_retain_save(r, heads), MOLE_OK);
+    kv_retain_free(r);
+    int32_t *t[BB_SEQ];
+    for (int64_t q = 0; q < BB_SEQ; q++) t[q] = tokens(k_bb_prompt[q] + BB_DECODE, V, 20 + (uint64_t)q);
+    const int64_t n_steps = (30 + BB_BATCH - 1) / BB_BATCH + BB_DECODE;  // the longest prompt's chunks, then decode
+    const mole_kv_policy pols[] = {MOLE_KV_POLICY_STREAMING, MOLE_KV_POLICY_H2O, MOLE_KV_POLICY_LOCRET};
+    const mole_kv_type kts[] = {MOLE_KV_F32, MOLE_KV_F16};
+    float *ref = malloc((size_t)(BB_SEQ * n_steps * V) * sizeof(float));
+    float *lg = malloc((size_t)(BB_SEQ * V) * sizeof(float));
+    for (size_t pi = 0; pi < 3; pi++)
+      for (size_t ki = 0; ki < 2; ki++) {
+        char what[96];
+        snprintf(what, sizeof what, "%s %s %s", models[mi], pi == 0 ? "streaming" : pi == 1 ? "h2o" : "locret",
+                 ki == 0 ? "f32" : "f16");
+        // step k of sequence q: its k-th prompt chunk, or one decode token after the prompt
+        int64_t from[BB_SEQ][64], len[BB_SEQ][64], steps[BB_SEQ];
+        for (int64_t q = 0; q < BB_SEQ; q++) {
+          steps[q] = 0;
+          for (int64_t i = 0; i < k_bb_prompt[q]; i += BB_BATCH, steps[q]++)
+            from[q][steps[q]] = i, len[q][steps[q]] = MOLE_MIN(BB_BATCH, k_bb_prompt[q] - i);
+          for (int64_t d = 0; d < BB_DECODE; d++, steps[q]++) from[q][steps[q]] = k_bb_prompt[q] + d, len[q][steps[q]] = 1;
+        }
+        for (int64_t q = 0; q < BB_SEQ; q++) {  // alone
+          mole_session *s = bb_session(m, pols[pi], kts[ki], heads);
+          for (int64_t k = 0; k < steps[q]; k++)
+            if (mole_session_eval(s, t[q] + from[q][k], len[q][k], ref + (q * n_steps + k) * V, false))
+              fail_msg("%s alone: %s", what, mole_last_error());
+          mole_kv_info info;
+          mole_session_kv_info(s, &info);
+          assert_true(info.evicted > 0);  // the test covers eviction
+          mole_session_free(s);
+        }
+        mole_batcher *b;  // together: every sequence's next step in one pass
+        assert_int_equal(mole_batcher_new(m, BB_SEQ * BB_BATCH, BB_BUDGET + BB_BATCH, &b), MOLE_OK);
+        mole_session *s[BB_SEQ];
+        for (int64_t q = 0; q < BB_SEQ; q++) s[q] = bb_session(m, pols[pi], kts[ki], heads);
+        for (int64_t k = 0; k < n_steps; k++) {
+          mole_batch_item it[BB_SEQ];
+          int64_t n = 0, who[BB_SEQ];
+          for (int64_t q = 0; q < BB_SEQ; q++)
+            if (k < steps[q]) {
+              who[n] = q;
+              it[n++] = (mole_batch_item){s[q], t[q] + from[q][k], len[q][k], lg + q * V, false};
+            }
+          if (mole_batcher_eval(b, it, n)) fail_msg("%s batched: %s", what, mole_last_error());
+          for (int64_t i = 0; i < n; i++)
+            bb_check(what, who[i], k, lg + who[i] * V, ref + (who[i] * n_steps + k) * V, V);
+        }
+        for (int64_t q = 0; q < BB_SEQ; q++) mole_session_free(s[q]);
+        mole_batcher_free(b);
+      }
+    unlink(heads);
+    for (int64_t q = 0; q < BB_SEQ; q++) free(t[q]);
+    free(ref);
+    free(lg);
+    mole_model_free(m);
+  }
+}
+
 // Hostile heads files: truncated anywhere, bytes flipped, a value not finite:
 // an error naming the file, never a crash (ASan in make test).
 static void hostile_heads_files(void **state) {
@@ -510,6 +611,7 @@ int main(void) {
       cmocka_unit_test(budget_covers_context_is_exact), cmocka_unit_test(eviction_keeps_positions),
       cmocka_unit_test(h2o_scores_sum_to_queries),      cmocka_unit_test(locret_scores_are_the_heads),
       cmocka_unit_test(session_api),                    cmocka_unit_test(hostile_heads_files),
+      cmocka_unit_test(batched_bounded_equals_alone),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

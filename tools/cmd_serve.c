@@ -13,7 +13,9 @@ static const char *k_help =
     "for server-sent events), GET /v1/models, GET /health, GET /metrics (Prometheus). Up to\n"
     "--parallel sequences decode together in one batch (a routed expert is fetched once per\n"
     "step for all of them); more requests wait in a queue. Ctrl-C / SIGTERM stops it cleanly.\n" CLI_MODEL_HELP
-    "server (-c is the context of each sequence, -b the prompt tokens prefilled per step):\n"
+    "server (-c is the longest sequence of a slot and its KV cache, -b the prompt tokens prefilled\n"
+    "per step; with --kv-budget N each slot's cache holds N entries and one step's tokens instead,\n"
+    "and a conversation goes on in its slot's cache only while nothing was evicted or from all of it):\n"
     "      --host H          address to listen on (default: 127.0.0.1, loopback only)\n"
     "      --port P          port (default: 8080; 0 = any free port, printed)\n"
     "  -np, --parallel N     sequences decoding at once (default: 4); --parallel hmp|tp with a\n"
@@ -77,15 +79,20 @@ int cmd_serve(int argc, char **argv) {
     }
   }
   if (!mo.model) return cli_usage_error("serve", "no model given (-m FILE)");
-  if (mo.kv_budget > 0 || mo.kv_policy != MOLE_KV_POLICY_AUTO || mo.kv_retain || mo.has_kv_recent || mo.has_kv_sinks)
-    return cli_usage_error("serve", "--kv-budget/--kv-policy/--kv-recent/--kv-sinks/--retain: the server's batched "
-                                    "slots have full KV caches (bounded caches run in mole run/chat/perplexity/logits)");
   if (mo.ctx > 0) sp.ctx_per_seq = mo.ctx;
   if (mo.batch > 0) sp.batch = mo.batch;
-  sp.kv_type = mo.kv_type;
+  const mole_session_params ss = cli_session_params(&mo);  // each slot's KV cache, bounded or not
+  sp.kv_type = ss.kv_type;
+  sp.kv_budget = ss.kv_budget;
+  sp.kv_recent = ss.kv_recent;
+  sp.kv_sinks = ss.kv_sinks;
+  sp.kv_policy = ss.kv_policy;
+  sp.kv_retain = ss.kv_retain;
+  sp.kv_decay = ss.kv_decay;
   // the auto expert budget leaves room for every slot's cache and a step's scratch
-  mo.ctx = sp.ctx_per_seq;
   mo.batch = sp.batch + sp.parallel;
+  mo.ctx = sp.kv_budget > 0 ? sp.kv_budget + mo.batch : sp.ctx_per_seq;
+  mo.sessions = sp.parallel;
   // every thread the server starts inherits this mask: the signals wait for sigwait below
   sigset_t sigs;
   sigemptyset(&sigs);

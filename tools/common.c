@@ -272,6 +272,7 @@ int cli_load_model(const cli_model_opts *o, mole_model **m) {
   if (o->trace_routing) off->trace_routing = o->trace_routing;
   off->session_ctx = o->ctx;  // so `auto` leaves room for this session
   off->session_batch = o->batch;
+  off->session_count = o->sessions;
   off->session_kv_type = o->kv_type;
   const bool disagg = o->disagg_attn > 0 || o->disagg_coloc;
   const bool dist = mole_dist_size() > 1 || o->parallel != MOLE_PARALLEL_NONE || o->plan || disagg;
@@ -302,11 +303,7 @@ int cli_load_model(const cli_model_opts *o, mole_model **m) {
   return 0;
 }
 
-int cli_open(const cli_model_opts *o, mole_model **m, mole_session **s) {
-  *s = NULL;
-  int rc = cli_load_model(o, m);
-  if (rc) return rc;
-  mole_status st;
+mole_session_params cli_session_params(const cli_model_opts *o) {
   mole_session_params sp = mole_session_default_params();
   sp.n_ctx = o->ctx;
   sp.n_batch = o->batch;
@@ -317,7 +314,15 @@ int cli_open(const cli_model_opts *o, mole_model **m, mole_session **s) {
   sp.kv_policy = o->kv_policy;
   sp.kv_retain = o->kv_retain;
   if (o->has_kv_decay) sp.kv_decay = (float)o->kv_decay;
-  st = mole_session_new(*m, &sp, s);
+  return sp;
+}
+
+int cli_open(const cli_model_opts *o, mole_model **m, mole_session **s) {
+  *s = NULL;
+  int rc = cli_load_model(o, m);
+  if (rc) return rc;
+  const mole_session_params sp = cli_session_params(o);
+  mole_status st = mole_session_new(*m, &sp, s);
   if (st) {
     mole_model_free(*m);
     *m = NULL;

@@ -41,6 +41,7 @@ typedef struct cli_model_opts {
   float t1, t2;                // --t1, --t2
   int prefetch_depth;          // --prefetch-depth
   const char *trace_routing;   // --trace-routing FILE
+  int64_t sessions;            // KV caches the auto expert budget leaves room for (serve's slots; 0 = 1)
 } cli_model_opts;
 
 #define CLI_MODEL_HELP                                                          \
@@ -92,6 +93,8 @@ int cli_parse_f64(const char *flag, const char *s, double lo, double hi, double 
 // "1,2,3" -> malloc'd ids; prints an error naming the bad element.
 int cli_parse_tokens(const char *flag, const char *s, int32_t **out, int64_t *n);
 // Loads the model and a session from opts; prints errors.
+// The session settings of the flags (-c, -b, --kv-*, --retain).
+mole_session_params cli_session_params(const cli_model_opts *o);
 int cli_open(const cli_model_opts *o, mole_model **m, mole_session **s);
 int cli_load_model(const cli_model_opts *o, mole_model **m);  // the model only
 // On an MPI rank other than 0, cli_open / cli_load_model do not return:

@@ -189,7 +189,6 @@ mole_status mole_session_new(mole_model *m, const mole_session_params *params, m
   if (!st && p.kv_budget > 0)
     st = kv_set_policy(s->kv, pol, p.kv_budget, recent, sinks, p.kv_decay < 0 ? 8.0f / (float)p.kv_budget : p.kv_decay,
                        hp->n_head_kv, s->retain, n_batch);
-  if (!st) st = model_scratch_new(m, n_batch, n_ctx, &s->scratch);
   if (st) {
     mole_session_free(s);
     return st;
@@ -219,6 +218,11 @@ mole_status mole_session_rewind(mole_session *s, int64_t n_past) {
     return mole_errorf(MOLE_ERR_ARG, "rewind to %lld: the session holds %lld positions", (long long)n_past,
                        (long long)s->n_past);
   if (s->kv->budget > 0 && n_past != s->n_past) {
+    if (n_past == 0) {  // starting over is always possible
+      kv_reset(s->kv);
+      s->n_past = 0;
+      return MOLE_OK;
+    }
     if (s->kv->n_evicted > 0)
       return mole_errorf(MOLE_ERR_ARG, "rewind to %lld: the bounded KV cache has evicted entries (it holds %lld of %lld positions)",
                          (long long)n_past, (long long)s->kv->n_used, (long long)s->n_past);
@@ -236,6 +240,9 @@ void mole_session_kv_info(const mole_session *s, mole_kv_info *out) {
 
 mole_status mole_session_eval(mole_session *s, const int32_t *tokens, int64_t n, float *logits, bool all_logits) {
   if (n <= 0) return mole_errorf(MOLE_ERR_ARG, "eval: no tokens");
+  // the scratch on first use: a session a batcher runs (a server's slot) never needs its own
+  mole_status st = s->scratch ? MOLE_OK : model_scratch_new(s->m, s->n_batch, s->kv->n_ctx, &s->scratch);
+  if (st) return st;
   const int64_t V = s->m->hp.n_vocab;
   for (int64_t i = 0; i < n; i += s->n_batch) {
     const int64_t c = MOLE_MIN(s->n_batch, n - i);
@@ -243,8 +250,7 @@ mole_status mole_session_eval(mole_session *s, const int32_t *tokens, int64_t n,
     float *lg = NULL;
     if (logits && all_logits) lg = logits + i * V;
     else if (logits && last) lg = logits;
-    mole_status st = model_forward(s->m, s->kv, s->scratch, tokens + i, c, s->n_past, lg, all_logits);
-    if (st) return st;
+    if ((st = model_forward(s->m, s->kv, s->scratch, tokens + i, c, s->n_past, lg, all_logits))) return st;
     s->n_past += c;
   }
   return MOLE_OK;
@@ -300,9 +306,6 @@ mole_status mole_batcher_eval(mole_batcher *b, const mole_batch_item *items, int
     if (!it->session || it->session->m != b->m)
       return mole_errorf(MOLE_ERR_ARG, "batch item %lld: not a session of this model", (long long)i);
     if (it->n < 1 || !it->tokens) return mole_errorf(MOLE_ERR_ARG, "batch item %lld: no tokens", (long long)i);
-    if (it->session->kv->budget > 0)
-      return mole_errorf(MOLE_ERR_ARG, "batch item %lld: a session with a kv budget runs alone (mole_session_eval)",
-                         (long long)i);
     if (it->session->kv->n_ctx > b->max_ctx)
       return mole_errorf(MOLE_ERR_ARG, "batch item %lld: its context %lld exceeds the batcher's %lld", (long long)i,
                          (long long)it->session->kv->n_ctx, (long long)b->max_ctx);

@@ -25,7 +25,7 @@ bool experts_has_low(const experts *x) { return x->store.has_low; }
 // ---- opening --------------------------------------------------------------------
 // Memory the rest of the process needs besides the experts and the weights
 // mapped from the file: the KV cache and scratch of a session of the shape
-// the caller said it will use (--ctx, --batch, --kv-type), the predictor's
+// the caller said it will use (--ctx, --batch, --kv-type; session_count caches), the predictor's
 // routers, and a margin for code, stacks and the allocator.
 static int64_t headroom_bytes(const mole_model *m) {
   const model_hparams *hp = &m->hp;
@@ -33,7 +33,8 @@ static int64_t headroom_bytes(const mole_model *m) {
   int64_t ctx = o->session_ctx, batch = o->session_batch;
   model_session_shape(m, &ctx, &batch);
   const int64_t kv_elt = o->session_kv_type == MOLE_KV_F32 ? 4 : 2;
-  const int64_t kv = hp->n_layer * ctx * m->loc.n_head_kv * (hp->head_dim + hp->head_dim_v) * kv_elt;
+  const int64_t kv = hp->n_layer * ctx * m->loc.n_head_kv * (hp->head_dim + hp->head_dim_v) * kv_elt *
+                   MOLE_MAX(o->session_count, 1);
   const int64_t routers = hp->n_layer * hp->n_expert * hp->n_embd * 4;
   return kv + model_scratch_bytes(m, batch, ctx) + routers + ((int64_t)32 << 20);
 }

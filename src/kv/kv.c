@@ -105,6 +105,7 @@ mole_status kv_set_policy(model_kv *kv, kv_policy policy, int64_t budget, int64_
                        (long long)kv->n_ctx);
   kv->policy = policy;
   kv->budget = budget;
+  kv->max_pass = max_tokens;
   kv->recent = recent;
   kv->sinks = sinks;
   kv->decay = policy == KV_LOCRET ? decay : 0.0f;

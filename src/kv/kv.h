@@ -44,6 +44,7 @@ typedef struct model_kv {
   // bounded caches (kv_set_policy); policy KV_FULL and budget 0 otherwise
   kv_policy policy;
   int64_t budget, recent, sinks;
+  int64_t max_pass;   // tokens one pass may add before eviction (retain_out's rows)
   float decay;        // locret: score penalty per position of age
   int64_t n_head_kv, head_dim, head_dim_v;
   int64_t n_used;     // slots in use (every layer and head)

@@ -51,7 +51,10 @@ struct model_scratch {
   int64_t *seg_ends;  // [n_batch] cumulative token counts per sequence
   int64_t *tok_pos;   // [n_batch] position of each token
   int64_t *tok_nkv;   // [n_batch] cache slots each token attends to (its own is the last)
-  float *h2o;         // [nth][n_head_kv][n_ctx] attention each slot received in this layer (h2o policy)
+  float *h2o;         // [h2o blocks][n_head_kv][their cache's n_ctx] attention each slot received from a block (grown on demand)
+  int64_t h2o_cap;    // floats allocated at h2o
+  int64_t *blk_h2o;   // [n_batch] offset of each attention block's sums in h2o; -1: its sequence is not h2o
+  bool any_h2o;       // a sequence of the batch has a bounded h2o cache
   model_kv **tok_kv;  // [n_batch] KV cache of each token's sequence
   int64_t *tok_segn;  // [n_batch] tokens of each token's sequence in this batch
   int64_t n_blk;
@@ -139,7 +142,7 @@ static bool scratch_walk(const mole_model *m, int64_t n_batch, int64_t n_ctx, mo
   ALLOC(seg_ends, B);
   ALLOC(tok_pos, B);
   ALLOC(tok_nkv, B);
-  ALLOC(h2o, nth * lc->n_head_kv * n_ctx);
+  ALLOC(blk_h2o, B);
   ALLOC(tok_kv, B);
   ALLOC(tok_segn, B);
   ALLOC(att_blk, 2 * B);
@@ -175,7 +178,7 @@ void model_scratch_free(model_scratch *s) {
   if (!s) return;
   void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->y, s->sh, s->scores, s->vacc, s->att_s, s->att_q, s->att_p16, s->xq, s->hq,
                   s->ff_g, s->ff_u, s->ff_o, s->router, s->sel, s->selw, s->prec, s->grp_cnt, s->grp_off, s->views, s->slot_tok,
-                  s->tok_slot, s->grp_list, s->grp_state, s->tasks, s->seg_ends, s->tok_pos, s->tok_nkv, s->h2o, s->tok_kv, s->tok_segn,
+                  s->tok_slot, s->grp_list, s->grp_state, s->tasks, s->seg_ends, s->tok_pos, s->tok_nkv, s->h2o, s->blk_h2o, s->tok_kv, s->tok_segn,
                   s->att_blk, s->out_tok, s->out_ends, s->sub_ends, s->lg_local};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mole_aligned_free(bufs[i]);
   mole_free(s);
@@ -188,8 +191,18 @@ typedef struct {
   const mole_model *m;
   model_scratch *s;
   int64_t layer, n;
-  bool h2o;  // add each slot's attention weights into s->h2o
+  bool h2o;  // a sequence of the batch is h2o: blocks add their attention weights into s->h2o
 } attn_job;
+
+// The h2o sums of attention block b for KV head g (zeroed for its n_kv
+// keys), or NULL when b's sequence does not keep them. One work item owns a
+// (block, head) pair, so the sums do not depend on threads or on the batch.
+static float *h2o_sums(const model_scratch *s, int64_t b, int64_t g, int64_t n_kv) {
+  if (s->blk_h2o[b] < 0) return NULL;
+  float *a = s->h2o + s->blk_h2o[b] + g * s->tok_kv[s->att_blk[2 * b]]->n_ctx;
+  memset(a, 0, (size_t)n_kv * sizeof(float));
+  return a;
+}
 
 // f32 cache, the reference mode: one (token, head) pair at a time,
 // softmax(q.K^T * scale, causal) . V in the order ggml's AVX-512 build uses,
@@ -197,52 +210,70 @@ typedef struct {
 // vec_dot_f32; the exponentials with its polynomial exp over positions padded
 // to 64, summed per block of 16 in its tree order and across blocks in double;
 // p.V per output element accumulated in 16 lanes by position (its tinyBLAS
-// gemm, batches) or in vec_dot_f32's 4x16 lanes (one token).
-static void attn_worker(void *ctx, int ith, int nth) {
-  const attn_job *j = ctx;
+// gemm, batches) or in vec_dot_f32's 4x16 lanes (one token). Leaves the
+// probabilities in sc [n_kv].
+static void attn_pair_f32(const attn_job *j, int64_t t, int64_t h, float *sc) {
   const model_hparams *hp = &j->m->hp;
-  model_scratch *s = j->s;
+  const model_scratch *s = j->s;
   const int64_t hd = hp->head_dim, hdv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv, NH = j->m->loc.n_head;
   const quant_traits *f32t = quant_traits_of(QT_F32);
-  float *sc = s->scores + (size_t)ith * (size_t)(s->n_ctx + 64);
-  float *h2o = j->h2o ? s->h2o + (size_t)ith * (size_t)(j->m->loc.n_head_kv * s->n_ctx) : NULL;
-  int64_t p0, p1;
-  mole_split(j->n * NH, ith, nth, &p0, &p1);
-  for (int64_t p = p0; p < p1; p++) {
-    const int64_t t = p / NH, h = p % NH, g = h / group;
-    const model_kv *kv = s->tok_kv[t];
-    const int64_t n_kv = s->tok_nkv[t];  // causal: its own slot is the last it sees
-    const bool batch = s->tok_segn[t] >= 2;  // ggml's order depends on its own batch's size
-    const int64_t np = (n_kv + 63) & ~(int64_t)63;
-    const float *q = s->q + t * NH * hd + h * hd;
-    float mx = -INFINITY;
+  const int64_t g = h / group;
+  const model_kv *kv = s->tok_kv[t];
+  const int64_t n_kv = s->tok_nkv[t];  // causal: its own slot is the last it sees
+  const bool batch = s->tok_segn[t] >= 2;  // ggml's order depends on its own batch's size
+  const int64_t np = (n_kv + 63) & ~(int64_t)63;
+  const float *q = s->q + t * NH * hd + h * hd;
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n_kv; i++) {
+    float d;
+    f32t->vec_dot(hd, &d, (const float *)kv_k_row(kv, j->layer, i) + g * hd, q);
+    sc[i] = d * hp->attn_scale;
+    mx = sc[i] > mx ? sc[i] : mx;
+  }
+  double sum = 0;
+  for (int64_t b0 = 0; b0 < np; b0 += 16) {
+    for (int64_t i = b0; i < b0 + 16; i++) sc[i] = i < n_kv ? ops_expf_poly_ref(sc[i] - mx) : 0.0f;
+    sum += (double)ops_hsum16(sc + b0);
+  }
+  const float inv = (float)(1.0 / sum);
+  for (int64_t i = 0; i < n_kv; i++) sc[i] *= inv;
+  float *o = s->att + t * NH * hdv + h * hdv;
+  for (int64_t c = 0; c < hdv; c++) {
+    float acc[4][16] = {{0}};
     for (int64_t i = 0; i < n_kv; i++) {
-      float d;
-      f32t->vec_dot(hd, &d, (const float *)kv_k_row(kv, j->layer, i) + g * hd, q);
-      sc[i] = d * hp->attn_scale;
-      mx = sc[i] > mx ? sc[i] : mx;
+      const float v = ((const float *)kv_v_row(kv, j->layer, i))[g * hdv + c];
+      float *a = batch ? &acc[0][i % 16] : &acc[(i % 64) / 16][i % 16];
+      *a = fmaf(v, sc[i], *a);
     }
-    double sum = 0;
-    for (int64_t b0 = 0; b0 < np; b0 += 16) {
-      for (int64_t i = b0; i < b0 + 16; i++) sc[i] = i < n_kv ? ops_expf_poly_ref(sc[i] - mx) : 0.0f;
-      sum += (double)ops_hsum16(sc + b0);
-    }
-    const float inv = (float)(1.0 / sum);
-    for (int64_t i = 0; i < n_kv; i++) sc[i] *= inv;
-    if (h2o)
-      for (int64_t i = 0; i < n_kv; i++) h2o[g * s->n_ctx + i] += sc[i];
-    float *o = s->att + t * NH * hdv + h * hdv;
-    for (int64_t c = 0; c < hdv; c++) {
-      float acc[4][16] = {{0}};
-      for (int64_t i = 0; i < n_kv; i++) {
-        const float v = ((const float *)kv_v_row(kv, j->layer, i))[g * hdv + c];
-        float *a = batch ? &acc[0][i % 16] : &acc[(i % 64) / 16][i % 16];
-        *a = fmaf(v, sc[i], *a);
+    if (!batch)
+      for (int l = 0; l < 16; l++) acc[0][l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+    o[c] = ops_hsum16(acc[0]);
+  }
+}
+
+// Work items: (token, head) pairs; with h2o sums, (KV head, attention block)
+// pairs (the same arithmetic per pair, in an order the sums can follow).
+static void attn_worker(void *ctx, int ith, int nth) {
+  const attn_job *j = ctx;
+  model_scratch *s = j->s;
+  const int64_t NH = j->m->loc.n_head, NKV = j->m->loc.n_head_kv, group = j->m->hp.n_head / j->m->hp.n_head_kv;
+  float *sc = s->scores + (size_t)ith * (size_t)(s->n_ctx + 64);
+  int64_t p0, p1;
+  if (!j->h2o) {
+    mole_split(j->n * NH, ith, nth, &p0, &p1);
+    for (int64_t p = p0; p < p1; p++) attn_pair_f32(j, p / NH, p % NH, sc);
+    return;
+  }
+  mole_split(NKV * s->n_blk, ith, nth, &p0, &p1);
+  for (int64_t p = p0; p < p1; p++) {
+    const int64_t g = p / s->n_blk, b = p % s->n_blk, t0 = s->att_blk[2 * b], t1 = s->att_blk[2 * b + 1];
+    float *a = h2o_sums(s, b, g, s->tok_nkv[t1 - 1]);
+    for (int64_t t = t0; t < t1; t++)
+      for (int64_t h = g * group; h < (g + 1) * group; h++) {
+        attn_pair_f32(j, t, h, sc);
+        if (a)
+          for (int64_t i = 0; i < s->tok_nkv[t]; i++) a[i] += sc[i];
       }
-      if (!batch)
-        for (int l = 0; l < 16; l++) acc[0][l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
-      o[c] = ops_hsum16(acc[0]);
-    }
   }
 }
 
@@ -263,13 +294,13 @@ static void attn_worker_f16(void *ctx, int ith, int nth) {
   uint16_t *Q = s->att_q + (size_t)ith * (size_t)(TB * group * hd);
   float *vr = s->vacc + (size_t)ith * (size_t)(ATT_VT * hdv);
   uint16_t *p16 = s->att_p16 + (size_t)ith * (size_t)s->n_ctx;
-  float *h2o = j->h2o ? s->h2o + (size_t)ith * (size_t)(j->m->loc.n_head_kv * s->n_ctx) : NULL;
   int64_t p0, p1;
   mole_split(j->m->loc.n_head_kv * n_blk, ith, nth, &p0, &p1);
   for (int64_t p = p0; p < p1; p++) {
-    const int64_t g = p / n_blk, t0 = s->att_blk[2 * (p % n_blk)], t1 = s->att_blk[2 * (p % n_blk) + 1];
+    const int64_t g = p / n_blk, b = p % n_blk, t0 = s->att_blk[2 * b], t1 = s->att_blk[2 * b + 1];
     const model_kv *kv = s->tok_kv[t0];
     const int64_t rows = (t1 - t0) * group, n_kv = s->tok_nkv[t1 - 1];  // keys any row of the block sees
+    float *h2o = j->h2o ? h2o_sums(s, b, g, n_kv) : NULL;
     MOLE_ASSERT(t1 - t0 <= TB);
     for (int64_t t = t0; t < t1; t++)
       for (int64_t h = 0; h < group; h++)
@@ -293,7 +324,7 @@ static void attn_worker_f16(void *ctx, int ith, int nth) {
       f16t->from_float(sc, p16, len);  // probabilities rounded to f16 (a row at a time: the SIMD twins)
       f16t->to_float(p16, sc, len);
       if (h2o)
-        for (int64_t i = 0; i < len; i++) h2o[g * s->n_ctx + i] += sc[i];
+        for (int64_t i = 0; i < len; i++) h2o[i] += sc[i];
       memset(s->att + t * ldo + (g * group + r % group) * hdv, 0, (size_t)hdv * sizeof(float));
     }
     // p.V a tile of ATT_VT keys at a time: each query row's output adds the
@@ -429,6 +460,29 @@ static void norm_full(mole_model *m, float *x, const float *w, int64_t n_local, 
   for (int64_t i = 0; i < n_local; i++) x[i] = (x[i] * scale) * w[i];
 }
 
+// h2o: the attention each entry of a sequence received in this pass, its
+// blocks' sums added in block order, into the cache's scores.
+static void h2o_add(model_scratch *s, int64_t il, int64_t NKV) {
+  for (int64_t b0 = 0, b1; b0 < s->n_blk; b0 = b1) {
+    model_kv *kv = s->tok_kv[s->att_blk[2 * b0]];
+    for (b1 = b0 + 1; b1 < s->n_blk && s->tok_kv[s->att_blk[2 * b1]] == kv;) b1++;  // the sequence's blocks
+    if (s->blk_h2o[b0] < 0) continue;
+    const int64_t n_kv = s->tok_nkv[s->att_blk[2 * b1 - 1] - 1];  // what its last token sees
+    for (int64_t g = 0; g < NKV; g++) {
+      float *sum = s->h2o + s->blk_h2o[b0] + g * kv->n_ctx;
+      const int64_t n0 = s->tok_nkv[s->att_blk[2 * b0 + 1] - 1];
+      memset(sum + n0, 0, (size_t)(n_kv - n0) * sizeof(float));
+      for (int64_t b = b0 + 1; b < b1; b++) {
+        const float *a = s->h2o + s->blk_h2o[b] + g * kv->n_ctx;
+        const int64_t nb = s->tok_nkv[s->att_blk[2 * b + 1] - 1];
+        for (int64_t i = 0; i < nb; i++) sum[i] += a[i];
+      }
+      float *sc = kv_score_row(kv, il, g);
+      for (int64_t i = 0; i < n_kv; i++) sc[i] += sum[i];
+    }
+  }
+}
+
 static void attention_block(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
   const model_hparams *hp = &m->hp;
   const model_layer *ly = &m->layers[il];
@@ -459,12 +513,12 @@ static void attention_block(mole_model *m, model_scratch *s, int64_t il, int64_t
     }
   }
   if (m->attn_hook) m->attn_hook(m->attn_hook_ctx, il, n, s->q, s->k, s->v, false);
-  model_kv *kv0 = s->tok_kv[0];  // a bounded cache's pass has one sequence (batch_setup)
-  const float *kscore = NULL;     // [n][NKV] locret: the new entries' scores
-  if (kv0->policy == KV_LOCRET) {
-    MOLE_ASSERT(s->n_seg == 1);
-    kv_retain_score(kv0->retain, il, n, s->q, q_dim, s->k, k_dim, s->v, v_dim, kv0->retain_out, NKV, kv0->retain_tmp);
-    kscore = kv0->retain_out;
+  // locret: a sequence's new entries are scored by its retaining heads (kv->retain_out [its n][NKV])
+  for (int64_t i = 0, a = 0; i < s->n_seg; a = s->seg_ends[i++]) {
+    model_kv *kv = s->tok_kv[a];
+    if (kv->policy == KV_LOCRET)
+      kv_retain_score(kv->retain, il, s->seg_ends[i] - a, s->q + a * q_dim, q_dim, s->k + a * k_dim, k_dim,
+                      s->v + a * v_dim, v_dim, kv->retain_out, NKV, kv->retain_tmp);
   }
   for (int64_t t = 0; t < n; t++) {
     float *q = s->q + t * q_dim, *k = s->k + t * k_dim;
@@ -472,23 +526,15 @@ static void attention_block(mole_model *m, model_scratch *s, int64_t il, int64_t
     ops_rope(k, NKV, hd, s->tok_pos[t], hp, m->rope_freqs);
   }
   if (m->attn_hook) m->attn_hook(m->attn_hook_ctx, il, n, s->q, s->k, s->v, true);
-  for (int64_t t = 0; t < n; t++)
-    kv_store(s->tok_kv[t], il, s->tok_nkv[t] - 1, s->tok_pos[t], s->k + t * k_dim, s->v + t * v_dim,
-             kscore ? kscore + t * NKV : NULL);
-  const bool h2o = kv0->policy == KV_H2O;
-  const int64_t n_slot = s->tok_nkv[n - 1], nth = m->n_threads;
-  if (h2o)
-    for (int64_t th = 0; th < nth * NKV; th++) memset(s->h2o + th * s->n_ctx, 0, (size_t)n_slot * sizeof(float));
-  attn_job aj = {m, s, il, n, h2o};
-  mole_pool_run(m->pool, kv0->type == QT_F16 ? attn_worker_f16 : attn_worker, &aj);
-  if (h2o)  // the attention each entry received, summed over the threads' parts
-    for (int64_t g = 0; g < NKV; g++) {
-      float *sc = kv_score_row(kv0, il, g);
-      for (int64_t th = 0; th < nth; th++) {
-        const float *a = s->h2o + (th * NKV + g) * s->n_ctx;
-        for (int64_t i = 0; i < n_slot; i++) sc[i] += a[i];
-      }
+  for (int64_t i = 0, a = 0; i < s->n_seg; a = s->seg_ends[i++])
+    for (int64_t t = a; t < s->seg_ends[i]; t++) {
+      model_kv *kv = s->tok_kv[t];
+      kv_store(kv, il, s->tok_nkv[t] - 1, s->tok_pos[t], s->k + t * k_dim, s->v + t * v_dim,
+               kv->policy == KV_LOCRET ? kv->retain_out + (t - a) * NKV : NULL);
     }
+  attn_job aj = {m, s, il, n, s->any_h2o};
+  mole_pool_run(m->pool, s->tok_kv[0]->type == QT_F16 ? attn_worker_f16 : attn_worker, &aj);
+  if (s->any_h2o) h2o_add(s, il, NKV);
   // the output projection: this process's heads' part, summed over processes
   reduce_rows(m, s, n, wo_rows, &rj);
   for (int64_t t = t0; t < t1; t++) {
@@ -868,7 +914,7 @@ static mole_status ffn_block(mole_model *m, model_scratch *s, int64_t il, int64_
 static mole_status batch_setup(const mole_model *m, model_scratch *s, const model_seg *segs, int64_t n_segs,
                                int64_t *n_out) {
   const int64_t V = m->hp.n_vocab, TB = s->att_tb;
-  int64_t n = 0, no = 0;
+  int64_t n = 0, no = 0, h2o_len = 0;
   s->n_seg = s->n_out_seg = s->n_blk = 0;
   for (int64_t i = 0; i < n_segs; i++) {
     const model_seg *g = &segs[i];
@@ -881,7 +927,9 @@ static mole_status batch_setup(const mole_model *m, model_scratch *s, const mode
       if (segs[j].kv == g->kv) return mole_errorf(MOLE_ERR_ARG, "forward: a sequence appears twice in one batch");
     model_kv *kv = g->kv;
     if (kv->budget > 0) {  // bounded: slots after the entries kept, positions go on
-      if (n_segs > 1) return mole_errorf(MOLE_ERR_ARG, "forward: a bounded KV cache's sequence runs alone");
+      if (g->n > kv->max_pass)
+        return mole_errorf(MOLE_ERR_ARG, "forward: %lld tokens of one sequence in a pass; its bounded KV cache takes %lld",
+                           (long long)g->n, (long long)kv->max_pass);
       if (g->n_past != kv->n_pos)
         return mole_errorf(MOLE_ERR_ARG, "forward: position %lld but the bounded KV cache is at %lld",
                            (long long)g->n_past, (long long)kv->n_pos);
@@ -904,6 +952,8 @@ static mole_status batch_setup(const mole_model *m, model_scratch *s, const mode
       s->tok_segn[n + t] = g->n;
     }
     for (int64_t t0 = 0; t0 < g->n; t0 += TB) {
+      s->blk_h2o[s->n_blk] = kv->policy == KV_H2O ? h2o_len : -1;
+      if (kv->policy == KV_H2O) h2o_len += m->loc.n_head_kv * kv->n_ctx;
       s->att_blk[2 * s->n_blk] = n + t0;
       s->att_blk[2 * s->n_blk++ + 1] = n + MOLE_MIN(t0 + TB, g->n);
     }
@@ -915,6 +965,14 @@ static mole_status batch_setup(const mole_model *m, model_scratch *s, const mode
     s->seg_ends[s->n_seg++] = n;
   }
   if (n == 0) return mole_errorf(MOLE_ERR_ARG, "forward: no tokens");
+  s->any_h2o = h2o_len > 0;
+  if (h2o_len > s->h2o_cap) {  // the h2o sums: a block's keys per KV head, for the blocks of h2o sequences
+    mole_aligned_free(s->h2o);
+    s->h2o_cap = 0;
+    if (!(s->h2o = mole_aligned_alloc(64, (size_t)h2o_len * sizeof(float))))
+      return mole_errorf(MOLE_ERR_NOMEM, "forward: out of memory for the h2o sums of %lld blocks", (long long)s->n_blk);
+    s->h2o_cap = h2o_len;
+  }
   *n_out = no;
   return MOLE_OK;
 }

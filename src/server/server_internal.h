@@ -78,7 +78,7 @@ typedef struct srv_engine_params {
   int64_t ctx_per_seq;   // KV capacity of each slot
   int64_t step_tokens;   // most tokens per step (prefill chunks fill what decode leaves)
   int64_t max_queue;     // queued requests beyond the slots; more are refused (503)
-  mole_kv_type kv_type;
+  mole_session_params slot;  // each slot's session: KV type and bounded-cache settings (n_ctx, n_batch: set here)
 } srv_engine_params;
 
 mole_status srv_engine_new(mole_model *m, const tok_vocab *voc, const srv_engine_params *p, srv_engine **out);
@@ -96,6 +96,8 @@ typedef struct srv_metrics {
   int64_t prompt_tokens, cached_tokens, gen_tokens, steps;
   double gen_tps, prompt_tps;  // over the last few seconds
   double busy_s;               // time spent in forward passes
+  // the slots' KV caches: bytes allocated, entries held now, entries evicted (bounded caches)
+  int64_t kv_bytes, kv_used, kv_evicted;
   // the expert provider's counters (MoE models), copied after each step
   bool has_experts, tiered;
   int64_t hits[2], misses[2], skips, bytes_read, stall_us;

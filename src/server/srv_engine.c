@@ -32,6 +32,7 @@ typedef struct {
   char utf8[4];          // bytes of a character not complete yet
   int n_utf8;
   int64_t last_used;     // step of its last request's end, for the LRU choice
+  int64_t kv_evicted;    // its cache's evictions already counted in the metrics
 } slot;
 
 enum { RATE_RING = 64 };
@@ -153,22 +154,36 @@ static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int
   return i;
 }
 
-// Puts r into a free slot: the one that already holds the longest prefix of
-// its prompt (the least recently used among equals).
+// The tokens of r's prompt that slot sl's cache can keep: their common prefix
+// less one (at least one prompt token is evaluated: its logits give the first
+// token); none when a bounded cache that has evicted would have to rewind.
+static int64_t slot_reuse(const slot *sl, const srv_req *r) {
+  const int64_t keep = MOLE_MIN(common_prefix(sl->hist, sl->n_hist, r->prompt, r->n_prompt), r->n_prompt - 1);
+  if (keep < sl->n_hist) {
+    mole_kv_info k;
+    mole_session_kv_info(sl->s, &k);
+    if (k.evicted > 0) return 0;
+  }
+  return keep;
+}
+
+// Puts r into a free slot: the one whose cache keeps the most of its prompt
+// (the least recently used among equals).
 static void slot_start(srv_engine *e, srv_req *r) {
   slot *best = NULL;
-  int64_t best_c = -1;
+  int64_t keep = -1;
   for (int i = 0; i < e->p.parallel; i++) {
     slot *sl = &e->slots[i];
     if (sl->st != SLOT_IDLE) continue;
-    const int64_t c = common_prefix(sl->hist, sl->n_hist, r->prompt, r->n_prompt);
-    if (c > best_c || (c == best_c && sl->last_used < best->last_used)) best = sl, best_c = c;
+    const int64_t c = slot_reuse(sl, r);
+    if (c > keep || (c == keep && sl->last_used < best->last_used)) best = sl, keep = c;
   }
   MOLE_ASSERT(best);
-  // at least one prompt token is evaluated: its logits give the first token
-  const int64_t keep = MOLE_MIN(best_c, r->n_prompt - 1);
   mole_status st = mole_session_rewind(best->s, keep);
   MOLE_ASSERT(st == MOLE_OK);
+  mole_kv_info k;
+  mole_session_kv_info(best->s, &k);
+  best->kv_evicted = k.evicted;  // 0 when the cache started over
   best->n_hist = keep;
   best->n_prefilled = keep;
   best->req = r;
@@ -357,6 +372,7 @@ static void step(srv_engine *e) {
       slot *sl = &e->slots[e->item_slot[k]];
       mole_session_reset(sl->s);
       sl->n_hist = 0;
+      sl->kv_evicted = 0;
       slot_end(e, sl, NULL, 500, err);
     }
     return;
@@ -377,7 +393,18 @@ static void step(srv_engine *e) {
   }
   experts_stats xs;
   if (e->m->experts) experts_get_stats(e->m->experts, &xs);
+  int64_t kv_used = 0, kv_evicted = 0;
+  for (int i = 0; i < e->p.parallel; i++) {
+    slot *sl = &e->slots[i];
+    mole_kv_info k;
+    mole_session_kv_info(sl->s, &k);
+    kv_used += k.used;
+    kv_evicted += k.evicted - sl->kv_evicted;
+    sl->kv_evicted = k.evicted;
+  }
   pthread_mutex_lock(&e->mu);
+  e->mt.kv_used = kv_used;
+  e->mt.kv_evicted += kv_evicted;
   rate_sample(e);
   if (e->m->experts) {
     e->mt.has_experts = true;
@@ -470,21 +497,31 @@ mole_status srv_engine_new(mole_model *m, const tok_vocab *voc, const srv_engine
   e->mt.parallel = p->parallel;
   pthread_mutex_init(&e->mu, NULL);
   pthread_cond_init(&e->cv, NULL);
-  mole_status st = mole_batcher_new(m, p->step_tokens, p->ctx_per_seq, &e->b);
+  // a bounded slot holds its budget and one step's tokens (at most n_batch of its own)
+  const int64_t n_batch = MOLE_MIN(p->step_tokens, p->ctx_per_seq), budget = p->slot.kv_budget;
+  mole_status st = MOLE_OK;
+  if (budget > 0 && budget >= p->ctx_per_seq)
+    st = mole_errorf(MOLE_ERR_ARG, "--kv-budget %lld is not below the context per sequence (-c %lld): nothing would be evicted",
+                     (long long)budget, (long long)p->ctx_per_seq);
+  if (!st) st = mole_batcher_new(m, p->step_tokens, budget > 0 ? budget + n_batch : p->ctx_per_seq, &e->b);
   e->slots = mole_calloc((size_t)p->parallel, sizeof *e->slots);
   e->items = mole_calloc((size_t)p->step_tokens, sizeof *e->items);
   e->item_slot = mole_calloc((size_t)p->step_tokens, sizeof *e->item_slot);
   if (!st && (!e->slots || !e->items || !e->item_slot)) st = mole_errorf(MOLE_ERR_NOMEM, "server: out of memory");
-  mole_session_params sp = mole_session_default_params();
-  sp.n_ctx = p->ctx_per_seq;
-  sp.n_batch = MOLE_MIN(p->step_tokens, p->ctx_per_seq);
-  sp.kv_type = p->kv_type;
+  mole_session_params sp = p->slot;
+  sp.n_ctx = p->ctx_per_seq;  // ignored when bounded: budget + n_batch
+  sp.n_batch = n_batch;
   for (int i = 0; i < p->parallel && !st; i++) {
     slot *sl = &e->slots[i];
     sl->hist = mole_malloc((size_t)p->ctx_per_seq * sizeof *sl->hist);
     sl->logits = mole_malloc((size_t)e->V * sizeof *sl->logits);
     if (!sl->hist || !sl->logits) st = mole_errorf(MOLE_ERR_NOMEM, "server: out of memory for slot %d", i);
     if (!st) st = mole_session_new(m, &sp, &sl->s);
+    if (!st) {
+      mole_kv_info k;
+      mole_session_kv_info(sl->s, &k);
+      e->mt.kv_bytes += k.bytes;
+    }
   }
   if (!st && pthread_create(&e->th, NULL, engine_main, e) != 0)
     st = mole_errorf(MOLE_ERR_INTERNAL, "server: cannot start the engine thread");

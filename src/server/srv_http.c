@@ -236,7 +236,7 @@ static enum MHD_Result models(mole_server *s, struct MHD_Connection *c) {
 static enum MHD_Result metrics(mole_server *s, struct MHD_Connection *c) {
   srv_metrics m;
   srv_engine_metrics(s->eng, &m);
-  char buf[4096];
+  char buf[8192];
   int n = snprintf(buf, sizeof buf,
                    "# HELP mole_requests_running Requests in a slot.\n# TYPE mole_requests_running gauge\n"
                    "mole_requests_running %lld\n"
@@ -258,11 +258,16 @@ static enum MHD_Result metrics(mole_server *s, struct MHD_Connection *c) {
                    "# TYPE mole_prompt_tokens_per_second gauge\nmole_prompt_tokens_per_second %.3f\n"
                    "# HELP mole_steps_total Batched forward passes.\n# TYPE mole_steps_total counter\nmole_steps_total %lld\n"
                    "# HELP mole_busy_seconds_total Time in forward passes.\n# TYPE mole_busy_seconds_total counter\n"
-                   "mole_busy_seconds_total %.3f\n",
+                   "mole_busy_seconds_total %.3f\n"
+                   "# HELP mole_kv_bytes Bytes of the slots' KV caches.\n# TYPE mole_kv_bytes gauge\nmole_kv_bytes %lld\n"
+                   "# HELP mole_kv_entries KV entries the slots hold (per layer and KV head).\n"
+                   "# TYPE mole_kv_entries gauge\nmole_kv_entries %lld\n"
+                   "# HELP mole_kv_evicted_total KV entries evicted (bounded caches; summed over layers and KV heads).\n"
+                   "# TYPE mole_kv_evicted_total counter\nmole_kv_evicted_total %lld\n",
                    (long long)m.running, (long long)m.queued, (long long)m.parallel, (long long)m.requests_ok,
                    (long long)m.requests_failed, (long long)m.requests_cancelled, (long long)m.prompt_tokens,
                    (long long)m.cached_tokens, (long long)m.gen_tokens, m.gen_tps, m.prompt_tps, (long long)m.steps,
-                   m.busy_s);
+                   m.busy_s, (long long)m.kv_bytes, (long long)m.kv_used, (long long)m.kv_evicted);
   if (m.has_experts && n > 0 && (size_t)n < sizeof buf)
     snprintf(buf + n, sizeof buf - (size_t)n,
              "# HELP mole_expert_hits_total Expert requests found in RAM, by precision.\n"
@@ -348,8 +353,9 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
 
 mole_server_params mole_server_default_params(void) {
   return (mole_server_params){.host = "127.0.0.1", .port = 8080, .parallel = 4, .ctx_per_seq = 0, .batch = 256,
-                              .kv_type = MOLE_KV_F16, .max_body_bytes = 4 << 20, .max_queue = 64, .max_tokens = 0,
-                              .timeout_s = 60};
+                              .kv_type = MOLE_KV_F16, .kv_budget = 0, .kv_recent = -1, .kv_sinks = -1,
+                              .kv_policy = MOLE_KV_POLICY_AUTO, .kv_retain = NULL, .kv_decay = -1.0f,
+                              .max_body_bytes = 4 << 20, .max_queue = 64, .max_tokens = 0, .timeout_s = 60};
 }
 
 mole_status mole_server_start(mole_model *m, const mole_server_params *params, mole_server **out) {
@@ -389,7 +395,14 @@ mole_status mole_server_start(mole_model *m, const mole_server_params *params, m
   }
   snprintf(s->model_id, sizeof s->model_id, "%s", name);
   s->api = (srv_api_ctx){s->voc, tmpl, s->model_id, p.max_tokens, p.ctx_per_seq - 1};
-  const srv_engine_params ep = {p.parallel, p.ctx_per_seq, p.batch + p.parallel, p.max_queue, p.kv_type};
+  srv_engine_params ep = {p.parallel, p.ctx_per_seq, p.batch + p.parallel, p.max_queue, mole_session_default_params()};
+  ep.slot.kv_type = p.kv_type;
+  ep.slot.kv_budget = p.kv_budget;
+  ep.slot.kv_recent = p.kv_recent;
+  ep.slot.kv_sinks = p.kv_sinks;
+  ep.slot.kv_policy = p.kv_policy;
+  ep.slot.kv_retain = p.kv_retain;
+  ep.slot.kv_decay = p.kv_decay;
   if (!st) st = srv_engine_new(m, s->voc, &ep, &s->eng);
   if (st) {
     mole_server_free(s);
