@@ -62,11 +62,13 @@ bench-compress: deps
 	@bash bench/compress.sh
 
 # Bounded KV caches (issue 11): long prompts on a synthetic model, and the eviction policies' quality
-# on the evaluation model (retaining heads trained by mole train-retain)
+# on the evaluation model (retaining heads trained by mole train-retain), and mole serve's slots with
+# long prompts, full against bounded
 bench-kv: deps
 	@$(MAKE) --no-print-directory build
 	@bash bench/kv.sh
 	@bash bench/kv_quality.sh
+	@bash bench/serve_kv.sh
 
 bench-disagg: deps
 	@$(MAKE) --no-print-directory build

@@ -14,6 +14,7 @@ import argparse
 import http.client
 import json
 import statistics
+import sys
 import threading
 import time
 import urllib.parse
@@ -66,7 +67,7 @@ def one_request(url, key, prompt, max_tokens, seed, rec):
     r = c.getresponse()
     if r.status != 200:
         rec["errors"] += 1
-        r.read()
+        sys.stderr.write("serve_load: HTTP %d: %s\n" % (r.status, r.read()[:300].decode("utf-8", "replace")))
         c.close()
         return
     last = None
