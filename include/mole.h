@@ -189,7 +189,9 @@ typedef struct mole_batch_item {
 mole_status mole_batcher_new(mole_model *m, int64_t max_tokens, int64_t max_ctx, mole_batcher **out);
 void mole_batcher_free(mole_batcher *b);
 // All items in one pass; on success every session advances by its n. The
-// sessions must share one KV type and fit their new tokens in their context.
+// sessions must share one KV type and fit their new tokens in their context;
+// one with a bounded KV cache (kv_budget) takes at most its n_batch tokens a
+// pass and evicts after it, as mole_session_eval's chunks do.
 mole_status mole_batcher_eval(mole_batcher *b, const mole_batch_item *items, int64_t n_items);
 
 // ---- several processes (Open MPI) -------------------------------------------
