@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make bench-serve-kv`: mole serve with long prompts, every slot's KV cache
-# full (-c) against bounded (--kv-budget, h2o and streaming): the server's
+# full (-c) against bounded (--kv-budget: h2o, streaming, locret): the server's
 # KV bytes and peak RSS, aggregate decode tokens/s, time to first token and
 # inter-token latency, from bench/serve_load.py (STREAMS concurrent
 # requests, each a prompt of PROMPT_CHARS characters, about 0.65 as many
@@ -27,6 +27,10 @@ if [ ! -f "$M" ]; then
   "$MOLE" synth --arch mixtral --embd 1024 --heads 8 --heads-kv 2 --layers 4 --experts 8 --used 2 --ff 1024 \
     --vocab 32000 --ctx 65536 --type q4_0 --seed 11 -o "$M.tmp" >&2
   mv "$M.tmp" "$M"
+fi
+HEADS=models/bench/kv/synth-kv-heads.gguf  # bench/kv.sh's retaining heads (meaningless on random weights, same cost)
+if [ ! -f "$HEADS" ]; then
+  "$MOLE" train-retain -m "$M" --data eval-model/heldout.txt -o "$HEADS" --tokens 16384 -t "$THREADS" >&2
 fi
 runs=bench/out/serve-kv-runs.jsonl
 : > "$runs"
@@ -55,6 +59,7 @@ d['peak_rss_mib']=round($hwm/1024, 1); print(json.dumps(d))" >> "$runs"
 run_server full
 run_server "h2o-$BUDGET" --kv-budget "$BUDGET" --kv-policy h2o
 run_server "streaming-$BUDGET" --kv-budget "$BUDGET" --kv-policy streaming
+run_server "locret-$BUDGET" --kv-budget "$BUDGET" --kv-policy locret --retain "$HEADS"
 
 python3 - "$runs" "$cpu" "$l3" "$STREAMS" "$PROMPT_CHARS" "$MAXTOK" "$THREADS" > bench/out/serve-kv.txt <<'PY'
 import json, sys
