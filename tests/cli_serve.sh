@@ -188,7 +188,8 @@ kill -INT "$SPID"
 wait "$SPID" || fail "exit code after SIGINT"
 
 # bounded KV caches (--kv-budget): a greedy completion alone equals mole
-# run's with the same chunks (-b 16 + 3 slots = 19 tokens a step); a
+# run's with the same chunks (-b 16 + 3 slots = 19 tokens a step), for
+# streaming, h2o (with offloaded experts) and locret; a
 # conversation that goes on from all a slot holds reuses its cache after
 # evictions, one that would rewind into evicted entries starts over; long
 # prompts in parallel evict, are answered, and the caches stay in budget
@@ -197,9 +198,10 @@ python3 -c 'import json,sys; print(json.dumps({"prompt": sys.argv[1], "max_token
 python3 -c 'print("the farmer watches the river and the hills " * 40)' > "$T/text.txt"
 "$MOLE" train-retain -m "$T/m.gguf" --data "$T/text.txt" --tokens 640 --seq-len 64 --window 8 --hidden 16 --batch 64 \
   --epochs 2 -t 2 -o "$T/heads.gguf" > /dev/null 2>&1 || fail "bounded: train-retain"
-for pol in streaming h2o locret; do
-  BK=(--kv-budget 24 --kv-recent 8 --kv-type f32 --kv-policy "$pol")
+for pol in streaming h2o-offloaded locret; do
+  BK=(--kv-budget 24 --kv-recent 8 --kv-type f32 --kv-policy "${pol%-offloaded}")
   [ "$pol" = locret ] && BK+=(--retain "$T/heads.gguf")
+  [ "$pol" = h2o-offloaded ] && BK+=(--expert-budget 40%)  # experts read from disk as well
   "$MOLE" run -m "$T/m.gguf" -t 2 -b 19 "${BK[@]}" -p "$P" -n 30 --temp 0 > "$T/run.out" 2> /dev/null
   start_server "$T/s3.log" --parallel 3 -b 16 -c 512 "${BK[@]}"
   U="http://127.0.0.1:$PORT"
