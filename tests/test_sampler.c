@@ -145,6 +145,34 @@ static void test_top_k(void **st) {
   free(big);
 }
 
+// top-k ties go to the lower id; NaN and -inf logits never count; fewer
+// finite logits than k keep them all; the k kept may all come after them.
+static void test_top_k_ties(void **st) {
+  (void)st;
+  enum { NV = 1000 };
+  float l[NV];
+  sampler_params p = params_plain();
+  p.top_k = 5;
+  p.temperature = 1000.0f;  // flat: every kept token shows up
+  struct {
+    int first_finite, n_finite, n_kept;
+  } cases[] = {{0, NV, 5}, {7, NV - 7, 5}, {NV - 3, 3, 3}, {NV - 5, 5, 5}, {600, 6, 5}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    for (int i = 0; i < NV; i++) {
+      const bool fin = i >= cases[c].first_finite && i < cases[c].first_finite + cases[c].n_finite;
+      l[i] = fin ? 1.0f : (i % 2 ? NAN : -INFINITY);  // all finite ones tied
+    }
+    sampler *s = make(&p, NV);
+    int seen[NV] = {0};
+    for (int d = 0; d < 2000; d++) seen[sampler_sample(s, l)]++;
+    for (int i = 0; i < NV; i++) {
+      const bool kept = i >= cases[c].first_finite && i < cases[c].first_finite + cases[c].n_kept;
+      if (kept != (seen[i] > 0)) fail_msg("case %zu: token %d drawn %d times, kept %d", c, i, seen[i], (int)kept);
+    }
+    sampler_free(s);
+  }
+}
+
 // ---- top-p ----------------------------------------------------------------
 
 static void test_top_p(void **st) {
@@ -631,6 +659,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_greedy),
       cmocka_unit_test(test_top_k),
+      cmocka_unit_test(test_top_k_ties),
       cmocka_unit_test(test_top_p),
       cmocka_unit_test(test_min_p),
       cmocka_unit_test(test_temperature_one_matches_softmax),

@@ -206,28 +206,34 @@ static inline void sampler_swap(int32_t *x, int64_t i, int64_t j) {
   x[j] = t;
 }
 
-// Reorders idx[0, n) so that its k first elements (any order) are the k
-// best by sampler_before. Quickselect with a median-of-three pivot: O(n).
-static void sampler_select(const float *w, int32_t *idx, int64_t n, int64_t k) {
-  int64_t lo = 0, hi = n - 1;
-  if (k <= 0 || k >= n) return;
-  while (hi > lo) {
-    int64_t mid = lo + (hi - lo) / 2;
-    // median of idx[lo], idx[mid], idx[hi] moved to idx[hi] as the pivot
-    if (sampler_before(w, idx[mid], idx[lo])) sampler_swap(idx, mid, lo);
-    if (sampler_before(w, idx[hi], idx[lo])) sampler_swap(idx, hi, lo);
-    if (sampler_before(w, idx[mid], idx[hi])) sampler_swap(idx, mid, hi);
-    int32_t pivot = idx[hi];
-    int64_t store = lo;
-    for (int64_t i = lo; i < hi; i++) {
-      if (sampler_before(w, idx[i], pivot)) sampler_swap(idx, i, store++);
-    }
-    sampler_swap(idx, store, hi);  // pivot at its final rank `store`
-    if (store == k - 1 || store == k) return;
-    if (store > k)
-      hi = store - 1;
-    else
-      lo = store + 1;
+// The k best tokens by sampler_before into idx[0, k), best first: idx[0, k)
+// holds k finite candidates, and tokens from..nv-1 follow. One pass keeps the
+// k best so far as a heap whose root is the worst of them: a later token must
+// beat the root (most fail on the logit alone), then the heap is sorted.
+// O(n + m log k) for m replacements.
+static void sampler_heap_down(const float *w, int32_t *h, int64_t k, int64_t i) {
+  for (;;) {
+    int64_t c = 2 * i + 1;
+    if (c >= k) return;
+    if (c + 1 < k && sampler_before(w, h[c], h[c + 1])) c++;  // the worse child
+    if (!sampler_before(w, h[i], h[c])) return;                // h[i] is worse than both
+    sampler_swap(h, i, c);
+    i = c;
+  }
+}
+
+static void sampler_top_k(const float *w, int32_t *idx, int64_t k, int64_t from, int64_t nv) {
+  for (int64_t i = k / 2 - 1; i >= 0; i--) sampler_heap_down(w, idx, k, i);
+  float thr = w[idx[0]];  // finite: -inf logits never enter
+  for (int64_t t = from; t < nv; t++) {
+    if (w[t] <= thr) continue;  // a tie loses too: every id in the heap is lower
+    idx[0] = (int32_t)t;
+    sampler_heap_down(w, idx, k, 0);
+    thr = w[idx[0]];
+  }
+  for (int64_t m = k - 1; m > 0; m--) {  // the worst to the back, one at a time
+    sampler_swap(idx, 0, m);
+    sampler_heap_down(w, idx, m, 0);
   }
 }
 
@@ -295,27 +301,22 @@ int32_t sampler_sample(sampler *s, const float *logits) {
   float *w = s->work;
   int32_t *idx = s->idx;
 
-  for (int64_t i = 0; i < nv; i++) {
-    float v = logits[i];
-    if (isnan(v) || v == -INFINITY)
-      v = -INFINITY;
-    else if (v == INFINITY)
-      v = FLT_MAX;
-    w[i] = v;
+  for (int64_t i = 0; i < nv; i++) {  // NaN -> -inf, +inf -> FLT_MAX (branch-free: vectorized)
+    const float v = logits[i];
+    w[i] = v != v ? -INFINITY : v == INFINITY ? FLT_MAX : v;
   }
   sampler_apply_penalties(s);
 
   if (!(p->temperature > 0.0f)) return sampler_argmax(w, nv);
 
-  int64_t n = 0;
-  for (int64_t i = 0; i < nv; i++)
-    if (w[i] > -INFINITY) idx[n++] = (int32_t)i;
+  // the candidates: finite logits; with top_k, the first top_k of them seed
+  // sampler_top_k's heap and the rest only pass through it
+  int64_t n = 0, seen = 0;
+  const int64_t cap = p->top_k > 0 ? p->top_k : nv;
+  for (; seen < nv && n < cap; seen++)
+    if (w[seen] > -INFINITY) idx[n++] = (int32_t)seen;
   if (n == 0) return 0;
-
-  if (p->top_k > 0 && p->top_k < n) {
-    sampler_select(w, idx, n, p->top_k);
-    n = p->top_k;
-  }
+  if (p->top_k > 0 && n == p->top_k && seen < nv) sampler_top_k(w, idx, n, seen, nv);
 
   if (p->top_p < 1.0f && n > 1) n = sampler_top_p(s, n);
 
