@@ -209,17 +209,17 @@ static void add_logprob(slot *sl, const float *lg, int64_t V, int32_t tok) {
   double sum = 0;
   for (int64_t i = 0; i < V; i++) sum += exp((double)lg[i] - mx);
   const float lse = mx + (float)log(sum);
-  srv_logprob lp = {.token = tok, .logprob = lg[tok] - lse, .n_top = r->top_logprobs};
-  for (int32_t k = 0; k < lp.n_top; k++) {  // the k-th largest, ties to the lower id
-    int32_t b = -1;
-    for (int64_t i = 0; i < V; i++) {
-      bool taken = false;
-      for (int32_t j = 0; j < k; j++) taken = taken || lp.top_tok[j] == i;
-      if (!taken && (b < 0 || lg[i] > lg[b])) b = (int32_t)i;
-    }
-    lp.top_tok[k] = b;
-    lp.top_lp[k] = lg[b] - lse;
+  srv_logprob lp = {.token = tok, .logprob = lg[tok] - lse, .n_top = (int32_t)MOLE_MIN(r->top_logprobs, V)};
+  // the n_top largest, best first, ties to the lower id: one pass inserting
+  // into the sorted list (a later equal logit never displaces an earlier one)
+  int32_t n = 0;
+  for (int64_t i = 0; i < V && lp.n_top > 0; i++) {
+    if (n == lp.n_top && !(lg[i] > lg[lp.top_tok[n - 1]])) continue;
+    int32_t at = n < lp.n_top ? n++ : n - 1;
+    for (; at > 0 && lg[i] > lg[lp.top_tok[at - 1]]; at--) lp.top_tok[at] = lp.top_tok[at - 1];
+    lp.top_tok[at] = (int32_t)i;
   }
+  for (int32_t k = 0; k < lp.n_top; k++) lp.top_lp[k] = lg[lp.top_tok[k]] - lse;
   pthread_mutex_lock(&r->mu);
   if (r->n_lp == r->cap_lp) {
     const int64_t cap = MOLE_MAX(2 * r->cap_lp, 64);
