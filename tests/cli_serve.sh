@@ -85,6 +85,21 @@ assert d["choices"][0]["message"]["content"] == t[:t.index(s)], d
 assert d["choices"][0]["finish_reason"] == "stop"' "$C" "$STOP" || fail "stop string"
 fi
 
+# logprobs: greedy picks the best alternative; the alternatives are the
+# model's best, best first, as many as asked
+curl -sf "$U/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Count"}],"max_tokens":12,"temperature":0,"logprobs":true,"top_logprobs":5}' |
+  python3 -c '
+import json, math, sys
+c = json.load(sys.stdin)["choices"][0]["logprobs"]["content"]
+assert len(c) > 0, c
+for e in c:
+    top = e["top_logprobs"]
+    assert len(top) == 5, e
+    lps = [t["logprob"] for t in top]
+    assert lps == sorted(lps, reverse=True), lps
+    assert abs(e["logprob"] - lps[0]) < 1e-6, e
+    assert sum(math.exp(x) for x in lps) <= 1.0 + 1e-5, lps' || fail "logprobs"
+
 # bad requests: each a 4xx JSON error naming the problem
 bad() {  # expected-code data what
   local c
