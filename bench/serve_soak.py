@@ -7,7 +7,7 @@ the server's RSS is sampled. Passes when the server never dies, every good
 request gets a valid 200 answer, every bad one a 4xx JSON error, and RSS
 after the warm-up stays flat (growth under 10%).
 
-usage: serve_soak.py MOLE MODEL [--seconds 180] [--clients 6]
+usage: serve_soak.py MOLE MODEL [--seconds 180] [--clients 6] [--serve-args "--kv-budget 32 ..."]
 """
 import argparse
 import http.client
@@ -39,9 +39,10 @@ def main():
     ap.add_argument("model")
     ap.add_argument("--seconds", type=float, default=180)
     ap.add_argument("--clients", type=int, default=6)
+    ap.add_argument("--serve-args", default="", help="more mole serve flags, e.g. a KV budget or offloading")
     a = ap.parse_args()
     srv = subprocess.Popen([a.mole, "serve", "-m", a.model, "-t", "2", "--port", "0", "--parallel", "4",
-                            "--max-queue", "8", "-c", "512", "--max-tokens", "48", "--timeout", "2"],
+                            "--max-queue", "8", "-c", "512", "--max-tokens", "48", "--timeout", "2"] + a.serve_args.split(),
                            stderr=subprocess.PIPE, text=True)
     port = None
     for line in srv.stderr:

@@ -121,6 +121,12 @@ typedef enum {
   MOLE_KV_POLICY_LOCRET
 } mole_kv_policy;
 
+// Retaining heads (mole train-retain) loaded once for several sessions to
+// share (a server's slots): mole_session_params.kv_heads.
+typedef struct mole_kv_heads mole_kv_heads;
+mole_status mole_kv_heads_load(const char *path, mole_kv_heads **out);
+void mole_kv_heads_free(mole_kv_heads *h);
+
 typedef struct mole_session_params {
   int64_t n_ctx;         // KV capacity in tokens; 0 = min(train ctx, 4096); ignored with a kv_budget
   int64_t n_batch;       // prefill chunk; 0 = 512
@@ -135,6 +141,7 @@ typedef struct mole_session_params {
   int64_t kv_sinks;          // -1 = 4 (at most kv_budget - kv_recent)
   mole_kv_policy kv_policy;
   const char *kv_retain;     // retaining heads file (mole train-retain) for LOCRET
+  const mole_kv_heads *kv_heads;  // or heads already loaded (borrowed: they outlive the session)
   // LOCRET ranks an entry by its heads' score less kv_decay per position of
   // age (< 0 = 8 / kv_budget, the default; 0 = none, the paper's fixed scores)
   float kv_decay;

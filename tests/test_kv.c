@@ -464,14 +464,17 @@ static void session_api(void **state) {
 enum { BB_SEQ = 3, BB_DECODE = 18, BB_BATCH = 8, BB_BUDGET = 16 };
 static const int64_t k_bb_prompt[BB_SEQ] = {7, 30, 1};
 
-static mole_session *bb_session(mole_model *m, mole_kv_policy pol, mole_kv_type kt, const char *heads) {
+// locret's heads from the file (heads) or loaded once and shared (shared)
+static mole_session *bb_session(mole_model *m, mole_kv_policy pol, mole_kv_type kt, const char *heads,
+                                const mole_kv_heads *shared) {
   mole_session_params sp = mole_session_default_params();
   sp.kv_type = kt;
   sp.n_batch = BB_BATCH;
   sp.kv_budget = BB_BUDGET;
   sp.kv_recent = 4;
   sp.kv_policy = pol;
-  sp.kv_retain = pol == MOLE_KV_POLICY_LOCRET ? heads : NULL;
+  sp.kv_retain = pol == MOLE_KV_POLICY_LOCRET && !shared ? heads : NULL;
+  sp.kv_heads = pol == MOLE_KV_POLICY_LOCRET ? shared : NULL;
   mole_session *s;
   if (mole_session_new(m, &sp, &s)) fail_msg("session: %s", mole_last_error());
   return s;
@@ -497,6 +500,8 @@ static void batched_bounded_equals_alone(void **state) {
     kv_retain *r = random_heads(m, 11);
     assert_int_equal(kv_retain_save(r, heads), MOLE_OK);
     kv_retain_free(r);
+    mole_kv_heads *shared;
+    assert_int_equal(mole_kv_heads_load(heads, &shared), MOLE_OK);
     int32_t *t[BB_SEQ];
     for (int64_t q = 0; q < BB_SEQ; q++) t[q] = tokens(k_bb_prompt[q] + BB_DECODE, V, 20 + (uint64_t)q);
     const int64_t n_steps = (30 + BB_BATCH - 1) / BB_BATCH + BB_DECODE;  // the longest prompt's chunks, then decode
@@ -518,7 +523,7 @@ static void batched_bounded_equals_alone(void **state) {
           for (int64_t d = 0; d < BB_DECODE; d++, steps[q]++) from[q][steps[q]] = k_bb_prompt[q] + d, len[q][steps[q]] = 1;
         }
         for (int64_t q = 0; q < BB_SEQ; q++) {  // alone
-          mole_session *s = bb_session(m, pols[pi], kts[ki], heads);
+          mole_session *s = bb_session(m, pols[pi], kts[ki], heads, NULL);
           for (int64_t k = 0; k < steps[q]; k++)
             if (mole_session_eval(s, t[q] + from[q][k], len[q][k], ref + (q * n_steps + k) * V, false))
               fail_msg("%s alone: %s", what, mole_last_error());
@@ -527,10 +532,10 @@ static void batched_bounded_equals_alone(void **state) {
           assert_true(info.evicted > 0);  // the test covers eviction
           mole_session_free(s);
         }
-        mole_batcher *b;  // together: every sequence's next step in one pass
+        mole_batcher *b;  // together: every sequence's next step in one pass, locret's heads shared
         assert_int_equal(mole_batcher_new(m, BB_SEQ * BB_BATCH, BB_BUDGET + BB_BATCH, &b), MOLE_OK);
         mole_session *s[BB_SEQ];
-        for (int64_t q = 0; q < BB_SEQ; q++) s[q] = bb_session(m, pols[pi], kts[ki], heads);
+        for (int64_t q = 0; q < BB_SEQ; q++) s[q] = bb_session(m, pols[pi], kts[ki], heads, shared);
         for (int64_t k = 0; k < n_steps; k++) {
           mole_batch_item it[BB_SEQ];
           int64_t n = 0, who[BB_SEQ];
@@ -546,6 +551,17 @@ static void batched_bounded_equals_alone(void **state) {
         for (int64_t q = 0; q < BB_SEQ; q++) mole_session_free(s[q]);
         mole_batcher_free(b);
       }
+    // shared heads: refused with a file as well, or made for another model (the error names the file)
+    mole_session_params bad = mole_session_default_params();
+    bad.kv_budget = BB_BUDGET;
+    bad.kv_heads = shared;
+    bad.kv_retain = heads;
+    expect_refused(m, &bad, "given twice");
+    mole_model *other = load(mi == 0 ? "qwen3moe" : "mixtral");
+    bad.kv_retain = NULL;
+    expect_refused(other, &bad, heads);
+    mole_model_free(other);
+    mole_kv_heads_free(shared);
     unlink(heads);
     for (int64_t q = 0; q < BB_SEQ; q++) free(t[q]);
     free(ref);

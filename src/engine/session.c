@@ -12,6 +12,7 @@ struct mole_session {
   mole_model *m;
   model_kv *kv;
   kv_retain *retain;  // locret's heads, NULL otherwise
+  bool own_retain;    // loaded for this session (not borrowed from mole_kv_heads)
   model_scratch *scratch;
   int64_t n_batch;
   int64_t n_past;
@@ -112,6 +113,36 @@ void mole_model_print_stats_json(const mole_model *m, FILE *f) {
           st.disk_gbps, st.pred_accuracy, (long long)st.prefetch_on_tokens);
 }
 
+struct mole_kv_heads {
+  kv_retain *r;
+  char *path;  // for the errors that name it
+};
+
+mole_status mole_kv_heads_load(const char *path, mole_kv_heads **out) {
+  *out = NULL;
+  mole_kv_heads *h = mole_calloc(1, sizeof *h);
+  const size_t n = strlen(path) + 1;
+  if (!h || !(h->path = mole_malloc(n))) {
+    mole_free(h);
+    return mole_errorf(MOLE_ERR_NOMEM, "retaining heads %s: out of memory", path);
+  }
+  memcpy(h->path, path, n);
+  mole_status st = kv_retain_load(path, &h->r);
+  if (st) {
+    mole_kv_heads_free(h);
+    return st;
+  }
+  *out = h;
+  return MOLE_OK;
+}
+
+void mole_kv_heads_free(mole_kv_heads *h) {
+  if (!h) return;
+  kv_retain_free(h->r);
+  mole_free(h->path);
+  mole_free(h);
+}
+
 mole_session_params mole_session_default_params(void) {
   return (mole_session_params){.n_ctx = 0, .n_batch = 0, .kv_type = MOLE_KV_F16, .n_threads = 0,
                                .kv_budget = 0, .kv_recent = -1, .kv_sinks = -1, .kv_policy = MOLE_KV_POLICY_AUTO,
@@ -127,22 +158,25 @@ static mole_status bounded_params(const mole_model *m, const mole_session_params
   if (p->kv_budget < 0 || p->kv_budget > ((int64_t)1 << 24))
     return mole_errorf(MOLE_ERR_ARG, "kv budget %lld is out of range (0 = unbounded, up to 16777216)",
                        (long long)p->kv_budget);
+  if (p->kv_retain && p->kv_heads)
+    return mole_errorf(MOLE_ERR_ARG, "retaining heads given twice (a file and loaded heads): give one");
+  const bool heads = p->kv_retain || p->kv_heads;
   *pol = map[p->kv_policy];
   *recent = *sinks = 0;
   if (p->kv_budget == 0) {
     if (p->kv_policy != MOLE_KV_POLICY_AUTO && p->kv_policy != MOLE_KV_POLICY_FULL)
       return mole_errorf(MOLE_ERR_ARG, "kv policy %s needs a kv budget (--kv-budget N)", kv_policy_name(*pol));
-    if (p->kv_retain) return mole_errorf(MOLE_ERR_ARG, "retaining heads (--retain) need a kv budget and policy locret");
+    if (heads) return mole_errorf(MOLE_ERR_ARG, "retaining heads (--retain) need a kv budget and policy locret");
     if (p->kv_recent > 0 || p->kv_sinks > 0)
       return mole_errorf(MOLE_ERR_ARG, "kv recent/sinks need a kv budget (--kv-budget N)");
     return MOLE_OK;
   }
   if (p->kv_policy == MOLE_KV_POLICY_FULL)
     return mole_errorf(MOLE_ERR_ARG, "kv policy full keeps every entry: it takes no kv budget");
-  if (p->kv_policy == MOLE_KV_POLICY_AUTO) *pol = p->kv_retain ? KV_LOCRET : KV_H2O;
-  if (*pol == KV_LOCRET && !p->kv_retain)
+  if (p->kv_policy == MOLE_KV_POLICY_AUTO) *pol = heads ? KV_LOCRET : KV_H2O;
+  if (*pol == KV_LOCRET && !heads)
     return mole_errorf(MOLE_ERR_ARG, "kv policy locret needs retaining heads (--retain FILE, from mole train-retain)");
-  if (*pol != KV_LOCRET && p->kv_retain)
+  if (*pol != KV_LOCRET && heads)
     return mole_errorf(MOLE_ERR_ARG, "retaining heads (--retain) are used by kv policy locret only, not %s",
                        kv_policy_name(*pol));
   if (m->comm.size > 1)
@@ -183,8 +217,10 @@ mole_status mole_session_new(mole_model *m, const mole_session_params *params, m
   st = kv_new(hp->n_layer, n_ctx, m->loc.n_head_kv * hp->head_dim, m->loc.n_head_kv * hp->head_dim_v,
               p.kv_type == MOLE_KV_F32 ? QT_F32 : QT_F16, &s->kv);
   if (!st && pol == KV_LOCRET) {
-    st = kv_retain_load(p.kv_retain, &s->retain);
-    if (!st) st = kv_retain_check(s->retain, p.kv_retain, hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v);
+    const char *path = p.kv_heads ? p.kv_heads->path : p.kv_retain;
+    if (p.kv_heads) s->retain = p.kv_heads->r;
+    else st = kv_retain_load(path, &s->retain), s->own_retain = true;
+    if (!st) st = kv_retain_check(s->retain, path, hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v);
   }
   if (!st && p.kv_budget > 0)
     st = kv_set_policy(s->kv, pol, p.kv_budget, recent, sinks, p.kv_decay < 0 ? 8.0f / (float)p.kv_budget : p.kv_decay,
@@ -201,7 +237,7 @@ void mole_session_free(mole_session *s) {
   if (!s) return;
   if (s->kv && s->m->comm.kv_release) s->m->comm.kv_release(s->m->comm.ctx, s->kv->id);
   kv_free(s->kv);
-  kv_retain_free(s->retain);
+  if (s->own_retain) kv_retain_free(s->retain);
   model_scratch_free(s->scratch);
   mole_free(s);
 }

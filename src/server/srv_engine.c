@@ -43,6 +43,7 @@ struct srv_engine {
   srv_engine_params p;
   int64_t V;
   mole_batcher *b;
+  mole_kv_heads *heads;  // locret's retaining heads, loaded once for every slot
   slot *slots;
   mole_batch_item *items;
   int *item_slot;
@@ -511,6 +512,11 @@ mole_status srv_engine_new(mole_model *m, const tok_vocab *voc, const srv_engine
   mole_session_params sp = p->slot;
   sp.n_ctx = p->ctx_per_seq;  // ignored when bounded: budget + n_batch
   sp.n_batch = n_batch;
+  if (!st && sp.kv_retain && !sp.kv_heads) {  // one copy of the heads for all the slots
+    st = mole_kv_heads_load(sp.kv_retain, &e->heads);
+    sp.kv_retain = NULL;
+    sp.kv_heads = e->heads;
+  }
   for (int i = 0; i < p->parallel && !st; i++) {
     slot *sl = &e->slots[i];
     sl->hist = mole_malloc((size_t)p->ctx_per_seq * sizeof *sl->hist);
@@ -553,6 +559,7 @@ void srv_engine_free(srv_engine *e) {
     mole_free(e->slots[i].logits);
   }
   mole_batcher_free(e->b);
+  mole_kv_heads_free(e->heads);
   mole_free(e->slots);
   mole_free(e->items);
   mole_free(e->item_slot);
