@@ -56,7 +56,6 @@ void kv_free(model_kv *kv) {
   mole_free(kv->pos);
   mole_free(kv->score);
   mole_free(kv->retain_out);
-  mole_free(kv->retain_tmp);
   mole_free(kv->rank);
   mole_free(kv->keep);
   mole_free(kv);
@@ -96,11 +95,8 @@ mole_status kv_set_policy(model_kv *kv, kv_policy policy, int64_t budget, int64_
   kv->score = mole_calloc(cells, sizeof *kv->score);
   kv->rank = mole_calloc((size_t)kv->n_ctx, sizeof *kv->rank);
   kv->keep = mole_calloc((size_t)kv->n_ctx, 1);
-  if (retain) {
-    kv->retain_out = mole_calloc((size_t)(max_tokens * n_head_kv), sizeof(float));
-    kv->retain_tmp = mole_malloc(kv_retain_tmp_bytes(retain, max_tokens));
-  }
-  if (!kv->pos || !kv->score || !kv->rank || !kv->keep || (retain && (!kv->retain_out || !kv->retain_tmp)))
+  if (retain) kv->retain_out = mole_calloc((size_t)(max_tokens * n_head_kv), sizeof(float));
+  if (!kv->pos || !kv->score || !kv->rank || !kv->keep || (retain && !kv->retain_out))
     return mole_errorf(MOLE_ERR_NOMEM, "kv cache: out of memory for the eviction state of %lld slots",
                        (long long)kv->n_ctx);
   kv->policy = policy;

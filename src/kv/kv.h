@@ -54,7 +54,6 @@ typedef struct model_kv {
   float *score;       // [n_layer][n_head_kv][n_ctx] h2o: attention received; locret: the heads' score
   const struct kv_retain *retain;  // locret's heads (not owned)
   float *retain_out;  // [max_tokens][n_head_kv] scores of a pass's new tokens
-  float *retain_tmp;  // kv_retain_tmp_bytes(max_tokens)
   struct kv_rank *rank;  // [n_ctx] eviction's ordering scratch
   uint8_t *keep;      // [n_ctx]
 } model_kv;

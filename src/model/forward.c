@@ -55,6 +55,8 @@ struct model_scratch {
   int64_t h2o_cap;    // floats allocated at h2o
   int64_t *blk_h2o;   // [n_batch] offset of each attention block's sums in h2o; -1: its sequence is not h2o
   bool any_h2o;       // a sequence of the batch has a bounded h2o cache
+  void *retain_tmp;   // kv_retain_tmp_bytes of the pass's largest locret sequence (grown on demand)
+  size_t retain_tmp_cap;
   model_kv **tok_kv;  // [n_batch] KV cache of each token's sequence
   int64_t *tok_segn;  // [n_batch] tokens of each token's sequence in this batch
   int64_t n_blk;
@@ -178,7 +180,7 @@ void model_scratch_free(model_scratch *s) {
   if (!s) return;
   void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->y, s->sh, s->scores, s->vacc, s->att_s, s->att_q, s->att_p16, s->xq, s->hq,
                   s->ff_g, s->ff_u, s->ff_o, s->router, s->sel, s->selw, s->prec, s->grp_cnt, s->grp_off, s->views, s->slot_tok,
-                  s->tok_slot, s->grp_list, s->grp_state, s->tasks, s->seg_ends, s->tok_pos, s->tok_nkv, s->h2o, s->blk_h2o, s->tok_kv, s->tok_segn,
+                  s->tok_slot, s->grp_list, s->grp_state, s->tasks, s->seg_ends, s->tok_pos, s->tok_nkv, s->h2o, s->blk_h2o, s->retain_tmp, s->tok_kv, s->tok_segn,
                   s->att_blk, s->out_tok, s->out_ends, s->sub_ends, s->lg_local};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mole_aligned_free(bufs[i]);
   mole_free(s);
@@ -518,7 +520,7 @@ static void attention_block(mole_model *m, model_scratch *s, int64_t il, int64_t
     model_kv *kv = s->tok_kv[a];
     if (kv->policy == KV_LOCRET)
       kv_retain_score(kv->retain, il, s->seg_ends[i] - a, s->q + a * q_dim, q_dim, s->k + a * k_dim, k_dim,
-                      s->v + a * v_dim, v_dim, kv->retain_out, NKV, kv->retain_tmp);
+                      s->v + a * v_dim, v_dim, kv->retain_out, NKV, s->retain_tmp);
   }
   for (int64_t t = 0; t < n; t++) {
     float *q = s->q + t * q_dim, *k = s->k + t * k_dim;
@@ -915,6 +917,7 @@ static mole_status batch_setup(const mole_model *m, model_scratch *s, const mode
                                int64_t *n_out) {
   const int64_t V = m->hp.n_vocab, TB = s->att_tb;
   int64_t n = 0, no = 0, h2o_len = 0;
+  size_t retain_tmp = 0;
   s->n_seg = s->n_out_seg = s->n_blk = 0;
   for (int64_t i = 0; i < n_segs; i++) {
     const model_seg *g = &segs[i];
@@ -930,6 +933,7 @@ static mole_status batch_setup(const mole_model *m, model_scratch *s, const mode
       if (g->n > kv->max_pass)
         return mole_errorf(MOLE_ERR_ARG, "forward: %lld tokens of one sequence in a pass; its bounded KV cache takes %lld",
                            (long long)g->n, (long long)kv->max_pass);
+      if (kv->policy == KV_LOCRET) retain_tmp = MOLE_MAX(retain_tmp, kv_retain_tmp_bytes(kv->retain, g->n));
       if (g->n_past != kv->n_pos)
         return mole_errorf(MOLE_ERR_ARG, "forward: position %lld but the bounded KV cache is at %lld",
                            (long long)g->n_past, (long long)kv->n_pos);
@@ -972,6 +976,13 @@ static mole_status batch_setup(const mole_model *m, model_scratch *s, const mode
     if (!(s->h2o = mole_aligned_alloc(64, (size_t)h2o_len * sizeof(float))))
       return mole_errorf(MOLE_ERR_NOMEM, "forward: out of memory for the h2o sums of %lld blocks", (long long)s->n_blk);
     s->h2o_cap = h2o_len;
+  }
+  if (retain_tmp > s->retain_tmp_cap) {  // the retaining heads' scratch, shared by the pass's locret sequences
+    mole_aligned_free(s->retain_tmp);
+    s->retain_tmp_cap = 0;
+    if (!(s->retain_tmp = mole_aligned_alloc(64, retain_tmp)))
+      return mole_errorf(MOLE_ERR_NOMEM, "forward: out of memory for the retaining heads' scratch (%zu bytes)", retain_tmp);
+    s->retain_tmp_cap = retain_tmp;
   }
   *n_out = no;
   return MOLE_OK;
