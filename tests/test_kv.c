@@ -501,6 +501,9 @@ static void batched_bounded_equals_alone(void **state) {
     assert_int_equal(kv_retain_save(r, heads), MOLE_OK);
     kv_retain_free(r);
     mole_kv_heads *shared;
+    assert_int_equal(mole_kv_heads_load(NULL, &shared), MOLE_ERR_ARG);
+    assert_int_not_equal(mole_kv_heads_load("/nonexistent/h.gguf", &shared), MOLE_OK);
+    assert_null(shared);
     assert_int_equal(mole_kv_heads_load(heads, &shared), MOLE_OK);
     int32_t *t[BB_SEQ];
     for (int64_t q = 0; q < BB_SEQ; q++) t[q] = tokens(k_bb_prompt[q] + BB_DECODE, V, 20 + (uint64_t)q);

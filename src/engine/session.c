@@ -120,6 +120,7 @@ struct mole_kv_heads {
 
 mole_status mole_kv_heads_load(const char *path, mole_kv_heads **out) {
   *out = NULL;
+  if (!path || !*path) return mole_errorf(MOLE_ERR_ARG, "retaining heads: no file given");
   mole_kv_heads *h = mole_calloc(1, sizeof *h);
   const size_t n = strlen(path) + 1;
   if (!h || !(h->path = mole_malloc(n))) {
