@@ -241,8 +241,11 @@ static void sampler_top_k(const float *w, int32_t *idx, int64_t k, int64_t from,
 // sampler_before) whose softmax mass first reaches p, found by a quickselect
 // on mass: partition around a pivot, keep the whole better side if its mass
 // falls short, else narrow to it. Expected O(n). Returns how many of
-// idx[0, n) are kept (they end up first, in no particular order).
-static int64_t sampler_top_p(sampler *s, int64_t n) {
+// idx[0, n) are kept (they end up first, in no particular order). The mass
+// is that of all n, the search runs over the best-ranked m <= n only (the
+// rest cannot be kept: min-p's cut, applied after); it returns m when the
+// prefix would go past them.
+static int64_t sampler_top_p(sampler *s, int64_t n, int64_t m) {
   const float *w = s->work;
   int32_t *idx = s->idx;
   float *mass = s->weight;  // [n_vocab] by token id here; the final draw reuses it by position
@@ -251,10 +254,11 @@ static int64_t sampler_top_p(sampler *s, int64_t n) {
   double total = 0.0;
   for (int64_t i = 0; i < n; i++) {
     int32_t t = idx[i];
-    mass[t] = (float)exp((double)w[t] - (double)mx);
+    mass[t] = expf(w[t] - mx);
     total += mass[t];
   }
   double need = (double)s->p.top_p * total;  // mass still to collect from ranks >= lo
+  n = m;
   int64_t lo = 0, hi = n;                    // the answer's rank is in [lo, hi)
   while (hi - lo > 1) {
     int64_t mid = lo + (hi - lo) / 2, last = hi - 1;
@@ -318,18 +322,21 @@ int32_t sampler_sample(sampler *s, const float *logits) {
   if (n == 0) return 0;
   if (p->top_k > 0 && n == p->top_k && seen < nv) sampler_top_k(w, idx, n, seen, nv);
 
-  if (p->top_p < 1.0f && n > 1) n = sampler_top_p(s, n);
-
+  // min-p keeps the logits within log(min_p) of the best: a best-ranked
+  // prefix, as top-p's is, so what both keep is the shorter prefix. The cut
+  // comes first (it moves those candidates to the front), so top-p's search
+  // runs over them only while its mass still counts every candidate.
+  int64_t m = n;
   if (p->min_p > 0.0f && n > 1) {
     float mx = -INFINITY;
     for (int64_t i = 0; i < n; i++) mx = w[idx[i]] > mx ? w[idx[i]] : mx;
     const float thr = mx + logf(p->min_p);
-    int64_t m = 0;
+    m = 0;
     for (int64_t i = 0; i < n; i++)
-      if (w[idx[i]] >= thr) idx[m++] = idx[i];
-    n = m;
-    MOLE_ASSERT(n >= 1);
+      if (w[idx[i]] >= thr) sampler_swap(idx, m++, i);
+    MOLE_ASSERT(m >= 1);
   }
+  n = p->top_p < 1.0f && m > 1 ? sampler_top_p(s, n, m) : m;
 
   if (n == 1) return idx[0];
 
