@@ -173,6 +173,39 @@ static void test_top_k_ties(void **st) {
   }
 }
 
+// top-p and min-p together keep the shorter of their two best-ranked
+// prefixes: probabilities .4 .25 .15 .1 .06 .04 (shuffled).
+static void test_top_p_with_min_p(void **st) {
+  (void)st;
+  const int n = 6;
+  const double pr[6] = {0.06, 0.25, 0.1, 0.4, 0.04, 0.15};
+  float l[6];
+  for (int i = 0; i < n; i++) l[i] = (float)log(pr[i]);
+  struct {
+    float top_p, min_p;
+    bool keep[6];
+  } cases[] = {
+      {0.75f, 0.2f, {0, 1, 0, 1, 0, 1}},  // top-p: .4 .25 .15 (0.8); min-p (>= .08): four; top-p's is shorter
+      {0.95f, 0.2f, {0, 1, 1, 1, 0, 1}},  // top-p: five (0.96); min-p: .4 .25 .15 .1; min-p's is shorter
+      {0.95f, 0.5f, {0, 1, 0, 1, 0, 0}},  // min-p (>= .2): .4 .25
+      {0.5f, 0.01f, {0, 1, 0, 1, 0, 0}},  // top-p: .4 .25 (0.65); min-p keeps all
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    sampler_params p = params_plain();
+    p.top_p = cases[c].top_p;
+    p.min_p = cases[c].min_p;
+    p.temperature = 100.0f;  // flat after the cuts: every kept token shows up
+    sampler *s = make(&p, n);
+    int seen[6] = {0};
+    for (int d = 0; d < 3000; d++) seen[sampler_sample(s, l)]++;
+    for (int i = 0; i < n; i++)
+      if (cases[c].keep[i] != (seen[i] > 0))
+        fail_msg("top_p %g min_p %g: token %d (p %.2f) drawn %d times", (double)cases[c].top_p, (double)cases[c].min_p, i,
+                 pr[i], seen[i]);
+    sampler_free(s);
+  }
+}
+
 // ---- top-p ----------------------------------------------------------------
 
 static void test_top_p(void **st) {
@@ -660,6 +693,7 @@ int main(void) {
       cmocka_unit_test(test_greedy),
       cmocka_unit_test(test_top_k),
       cmocka_unit_test(test_top_k_ties),
+      cmocka_unit_test(test_top_p_with_min_p),
       cmocka_unit_test(test_top_p),
       cmocka_unit_test(test_min_p),
       cmocka_unit_test(test_temperature_one_matches_softmax),
