@@ -206,11 +206,7 @@ static inline void sampler_swap(int32_t *x, int64_t i, int64_t j) {
   x[j] = t;
 }
 
-// The k best tokens by sampler_before into idx[0, k), best first: idx[0, k)
-// holds k finite candidates, and tokens from..nv-1 follow. One pass keeps the
-// k best so far as a heap whose root is the worst of them: a later token must
-// beat the root (most fail on the logit alone), then the heap is sorted.
-// O(n + m log k) for m replacements.
+// Sifts h[i] down a heap of k whose root is the worst by sampler_before.
 static void sampler_heap_down(const float *w, int32_t *h, int64_t k, int64_t i) {
   for (;;) {
     int64_t c = 2 * i + 1;
@@ -222,6 +218,11 @@ static void sampler_heap_down(const float *w, int32_t *h, int64_t k, int64_t i) 
   }
 }
 
+// The k best tokens by sampler_before into idx[0, k), best first: idx[0, k)
+// holds k finite candidates, and tokens from..nv-1 follow. One pass keeps the
+// k best so far as a heap whose root is the worst of them: a later token must
+// beat the root (most fail on the logit alone), then the heap is sorted.
+// O(n + m log k) for m replacements.
 static void sampler_top_k(const float *w, int32_t *idx, int64_t k, int64_t from, int64_t nv) {
   for (int64_t i = k / 2 - 1; i >= 0; i--) sampler_heap_down(w, idx, k, i);
   float thr = w[idx[0]];  // finite: -inf logits never enter
@@ -243,8 +244,7 @@ static void sampler_top_k(const float *w, int32_t *idx, int64_t k, int64_t from,
 // falls short, else narrow to it. Expected O(n). Returns how many of
 // idx[0, n) are kept (they end up first, in no particular order). The mass
 // is that of all n, the search runs over the best-ranked m <= n only (the
-// rest cannot be kept: min-p's cut, applied after); it returns m when the
-// prefix would go past them.
+// others are cut by min-p); it returns m when the prefix would go past them.
 static int64_t sampler_top_p(sampler *s, int64_t n, int64_t m) {
   const float *w = s->work;
   int32_t *idx = s->idx;
