@@ -461,8 +461,8 @@ static void session_api(void **state) {
 // sequence's logits equal, bit for bit, those it gets alone with the same
 // chunks, for each policy and KV type, while the sequences evict during
 // prefill and decode; a prompt chunk beside other sequences' decode steps.
-enum { BB_SEQ = 3, BB_DECODE = 18, BB_BATCH = 8, BB_BUDGET = 16 };
-static const int64_t k_bb_prompt[BB_SEQ] = {7, 30, 1};
+enum { BB_SEQ = 3, BB_DECODE = 18, BB_BATCH = 40, BB_BUDGET = 16 };  // chunks of 40: two attention blocks
+static const int64_t k_bb_prompt[BB_SEQ] = {7, 90, 1};
 
 // locret's heads from the file (heads) or loaded once and shared (shared)
 static mole_session *bb_session(mole_model *m, mole_kv_policy pol, mole_kv_type kt, const char *heads,
@@ -507,7 +507,7 @@ static void batched_bounded_equals_alone(void **state) {
     assert_int_equal(mole_kv_heads_load(heads, &shared), MOLE_OK);
     int32_t *t[BB_SEQ];
     for (int64_t q = 0; q < BB_SEQ; q++) t[q] = tokens(k_bb_prompt[q] + BB_DECODE, V, 20 + (uint64_t)q);
-    const int64_t n_steps = (30 + BB_BATCH - 1) / BB_BATCH + BB_DECODE;  // the longest prompt's chunks, then decode
+    const int64_t n_steps = (k_bb_prompt[1] + BB_BATCH - 1) / BB_BATCH + BB_DECODE;  // the longest prompt's chunks, then decode
     const mole_kv_policy pols[] = {MOLE_KV_POLICY_STREAMING, MOLE_KV_POLICY_H2O, MOLE_KV_POLICY_LOCRET};
     const mole_kv_type kts[] = {MOLE_KV_F32, MOLE_KV_F16};
     float *ref = malloc((size_t)(BB_SEQ * n_steps * V) * sizeof(float));
@@ -573,6 +573,40 @@ static void batched_bounded_equals_alone(void **state) {
   }
 }
 
+// h2o's attention blocks in rounds (a long chunk's sums in pieces): the
+// same logits and scores, bit for bit, as in one run.
+static void h2o_rounds_are_exact(void **state) {
+  (void)state;
+  mole_model *m = load("mixtral");
+  const int64_t V = m->hp.n_vocab, NP = 200, ND = 6, CH = 96;  // chunks of 96: three attention blocks
+  int32_t *t = tokens(NP + ND, V, 31);
+  for (int ti = 0; ti < 2; ti++) {
+    const quant_type qt = ti ? QT_F16 : QT_F32;
+    float *lg[2];
+    seq q[2];
+    for (int r = 0; r < 2; r++) {
+      lg[r] = malloc((size_t)((NP + ND) * V) * sizeof(float));
+      seq_new(m, &q[r], qt, KV_H2O, 24, 6, 2, CH, NULL);
+      if (r) model_scratch_set_h2o_round(q[r].s, 1);  // one block a round
+      seq_eval(m, &q[r], t, NP, lg[r]);
+      q[r].batch = 1;
+      for (int64_t i = NP; i < NP + ND; i++) seq_eval(m, &q[r], t + i, 1, lg[r] + i * V);
+    }
+    assert_true(q[0].kv->n_evicted > 0);
+    assert_memory_equal(lg[0], lg[1], (size_t)((NP + ND) * V) * sizeof(float));
+    for (int64_t l = 0; l < m->hp.n_layer; l++)
+      for (int64_t g = 0; g < m->hp.n_head_kv; g++)
+        assert_memory_equal(kv_score_row(q[0].kv, l, g), kv_score_row(q[1].kv, l, g),
+                            (size_t)q[0].kv->n_used * sizeof(float));
+    for (int r = 0; r < 2; r++) {
+      seq_free(&q[r]);
+      free(lg[r]);
+    }
+  }
+  free(t);
+  mole_model_free(m);
+}
+
 // Hostile heads files: truncated anywhere, bytes flipped, a value not finite:
 // an error naming the file, never a crash (ASan in make test).
 static void hostile_heads_files(void **state) {
@@ -630,7 +664,7 @@ int main(void) {
       cmocka_unit_test(budget_covers_context_is_exact), cmocka_unit_test(eviction_keeps_positions),
       cmocka_unit_test(h2o_scores_sum_to_queries),      cmocka_unit_test(locret_scores_are_the_heads),
       cmocka_unit_test(session_api),                    cmocka_unit_test(hostile_heads_files),
-      cmocka_unit_test(batched_bounded_equals_alone),
+      cmocka_unit_test(batched_bounded_equals_alone),  cmocka_unit_test(h2o_rounds_are_exact),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,6 +11,10 @@
 #include "quant/quant_exact.h"
 
 enum { ATT_VT = 32 };  // keys per tile of the f16 attention's p.V
+// h2o: the attention blocks of a pass run in rounds whose per-block sums fit
+// this many floats (a long chunk's blocks would otherwise need blocks x
+// KV heads x context floats at once)
+enum { H2O_ROUND_FLOATS = 1 << 20 };
 
 struct model_scratch {
   int64_t n_batch, n_ctx, n_assign_max, ff_max;
@@ -51,9 +55,10 @@ struct model_scratch {
   int64_t *seg_ends;  // [n_batch] cumulative token counts per sequence
   int64_t *tok_pos;   // [n_batch] position of each token
   int64_t *tok_nkv;   // [n_batch] cache slots each token attends to (its own is the last)
-  float *h2o;         // [h2o blocks][n_head_kv][their cache's n_ctx] attention each slot received from a block (grown on demand)
-  int64_t h2o_cap;    // floats allocated at h2o
-  int64_t *blk_h2o;   // [n_batch] offset of each attention block's sums in h2o; -1: its sequence is not h2o
+  float *h2o;         // [a round's h2o blocks][n_head_kv][their cache's n_ctx] attention each slot received from a block
+  int64_t h2o_cap;    // floats at h2o: a round's blocks fit (grown on demand, h2o_round or one block's)
+  int64_t h2o_round;  // floats a round may take (H2O_ROUND_FLOATS)
+  int64_t *blk_h2o;   // [n_batch] offset of each attention block's sums in h2o in its round; -1: not h2o
   bool any_h2o;       // a sequence of the batch has a bounded h2o cache
   void *retain_tmp;   // kv_retain_tmp_bytes of the pass's largest locret sequence (grown on demand)
   size_t retain_tmp_cap;
@@ -97,6 +102,7 @@ static bool scratch_walk(const mole_model *m, int64_t n_batch, int64_t n_ctx, mo
     s->ff_max = ff_max;
     s->q_row = q_row;
     s->att_tb = att_tb;
+    s->h2o_round = H2O_ROUND_FLOATS;
   }
   int64_t sum = 0;
   bool ok = true;
@@ -158,6 +164,8 @@ static bool scratch_walk(const mole_model *m, int64_t n_batch, int64_t n_ctx, mo
   return ok;
 }
 
+void model_scratch_set_h2o_round(model_scratch *s, int64_t floats) { s->h2o_round = MOLE_MAX(floats, 1); }
+
 int64_t model_scratch_bytes(const mole_model *m, int64_t n_batch, int64_t n_ctx) {
   int64_t b = 0;
   scratch_walk(m, n_batch, n_ctx, NULL, &b);
@@ -193,7 +201,8 @@ typedef struct {
   const mole_model *m;
   model_scratch *s;
   int64_t layer, n;
-  bool h2o;  // a sequence of the batch is h2o: blocks add their attention weights into s->h2o
+  bool h2o;            // a sequence of the batch is h2o: blocks add their attention weights into s->h2o
+  int64_t blk0, blk1;  // the attention blocks of this run (one round)
 } attn_job;
 
 // The h2o sums of attention block b for KV head g (zeroed for its n_kv
@@ -266,9 +275,10 @@ static void attn_worker(void *ctx, int ith, int nth) {
     for (int64_t p = p0; p < p1; p++) attn_pair_f32(j, p / NH, p % NH, sc);
     return;
   }
-  mole_split(NKV * s->n_blk, ith, nth, &p0, &p1);
+  const int64_t nb = j->blk1 - j->blk0;
+  mole_split(NKV * nb, ith, nth, &p0, &p1);
   for (int64_t p = p0; p < p1; p++) {
-    const int64_t g = p / s->n_blk, b = p % s->n_blk, t0 = s->att_blk[2 * b], t1 = s->att_blk[2 * b + 1];
+    const int64_t g = p / nb, b = j->blk0 + p % nb, t0 = s->att_blk[2 * b], t1 = s->att_blk[2 * b + 1];
     float *a = h2o_sums(s, b, g, s->tok_nkv[t1 - 1]);
     for (int64_t t = t0; t < t1; t++)
       for (int64_t h = g * group; h < (g + 1) * group; h++) {
@@ -290,7 +300,7 @@ static void attn_worker_f16(void *ctx, int ith, int nth) {
   const model_hparams *hp = &j->m->hp;
   model_scratch *s = j->s;
   const int64_t hd = hp->head_dim, hdv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv, TB = s->att_tb;
-  const int64_t n_blk = s->n_blk, ldq = j->m->loc.n_head * hd, ldo = j->m->loc.n_head * hdv;
+  const int64_t n_blk = j->blk1 - j->blk0, ldq = j->m->loc.n_head * hd, ldo = j->m->loc.n_head * hdv;
   const quant_traits *f16t = quant_traits_of(QT_F16);
   float *S = s->att_s + (size_t)ith * (size_t)(TB * group * s->n_ctx);
   uint16_t *Q = s->att_q + (size_t)ith * (size_t)(TB * group * hd);
@@ -299,7 +309,7 @@ static void attn_worker_f16(void *ctx, int ith, int nth) {
   int64_t p0, p1;
   mole_split(j->m->loc.n_head_kv * n_blk, ith, nth, &p0, &p1);
   for (int64_t p = p0; p < p1; p++) {
-    const int64_t g = p / n_blk, b = p % n_blk, t0 = s->att_blk[2 * b], t1 = s->att_blk[2 * b + 1];
+    const int64_t g = p / n_blk, b = j->blk0 + p % n_blk, t0 = s->att_blk[2 * b], t1 = s->att_blk[2 * b + 1];
     const model_kv *kv = s->tok_kv[t0];
     const int64_t rows = (t1 - t0) * group, n_kv = s->tok_nkv[t1 - 1];  // keys any row of the block sees
     float *h2o = j->h2o ? h2o_sums(s, b, g, n_kv) : NULL;
@@ -462,25 +472,18 @@ static void norm_full(mole_model *m, float *x, const float *w, int64_t n_local, 
   for (int64_t i = 0; i < n_local; i++) x[i] = (x[i] * scale) * w[i];
 }
 
-// h2o: the attention each entry of a sequence received in this pass, its
-// blocks' sums added in block order, into the cache's scores.
-static void h2o_add(model_scratch *s, int64_t il, int64_t NKV) {
-  for (int64_t b0 = 0, b1; b0 < s->n_blk; b0 = b1) {
-    model_kv *kv = s->tok_kv[s->att_blk[2 * b0]];
-    for (b1 = b0 + 1; b1 < s->n_blk && s->tok_kv[s->att_blk[2 * b1]] == kv;) b1++;  // the sequence's blocks
-    if (s->blk_h2o[b0] < 0) continue;
-    const int64_t n_kv = s->tok_nkv[s->att_blk[2 * b1 - 1] - 1];  // what its last token sees
+// h2o: the attention each entry received from the round's blocks, added
+// into its cache's scores a block at a time in block order (so the same
+// whatever the threads or the other sequences of the batch).
+static void h2o_add(model_scratch *s, int64_t il, int64_t NKV, int64_t blk0, int64_t blk1) {
+  for (int64_t b = blk0; b < blk1; b++) {
+    if (s->blk_h2o[b] < 0) continue;
+    model_kv *kv = s->tok_kv[s->att_blk[2 * b]];
+    const int64_t n_kv = s->tok_nkv[s->att_blk[2 * b + 1] - 1];
     for (int64_t g = 0; g < NKV; g++) {
-      float *sum = s->h2o + s->blk_h2o[b0] + g * kv->n_ctx;
-      const int64_t n0 = s->tok_nkv[s->att_blk[2 * b0 + 1] - 1];
-      memset(sum + n0, 0, (size_t)(n_kv - n0) * sizeof(float));
-      for (int64_t b = b0 + 1; b < b1; b++) {
-        const float *a = s->h2o + s->blk_h2o[b] + g * kv->n_ctx;
-        const int64_t nb = s->tok_nkv[s->att_blk[2 * b + 1] - 1];
-        for (int64_t i = 0; i < nb; i++) sum[i] += a[i];
-      }
+      const float *a = s->h2o + s->blk_h2o[b] + g * kv->n_ctx;
       float *sc = kv_score_row(kv, il, g);
-      for (int64_t i = 0; i < n_kv; i++) sc[i] += sum[i];
+      for (int64_t i = 0; i < n_kv; i++) sc[i] += a[i];
     }
   }
 }
@@ -534,9 +537,23 @@ static void attention_block(mole_model *m, model_scratch *s, int64_t il, int64_t
       kv_store(kv, il, s->tok_nkv[t] - 1, s->tok_pos[t], s->k + t * k_dim, s->v + t * v_dim,
                kv->policy == KV_LOCRET ? kv->retain_out + (t - a) * NKV : NULL);
     }
-  attn_job aj = {m, s, il, n, s->any_h2o};
-  mole_pool_run(m->pool, s->tok_kv[0]->type == QT_F16 ? attn_worker_f16 : attn_worker, &aj);
-  if (s->any_h2o) h2o_add(s, il, NKV);
+  // the attention blocks in one run, or in rounds whose h2o sums fit
+  // h2o_round floats (a round's first block always fits s->h2o: batch_setup)
+  const int64_t lim = MOLE_MIN(s->h2o_cap, s->h2o_round);
+  for (int64_t r0 = 0, r1; r0 < s->n_blk; r0 = r1) {
+    int64_t used = 0;
+    for (r1 = r0; r1 < s->n_blk; r1++) {
+      const model_kv *kv = s->tok_kv[s->att_blk[2 * r1]];
+      const int64_t need = kv->policy == KV_H2O ? NKV * kv->n_ctx : 0;
+      if (r1 > r0 && used + need > lim) break;
+      MOLE_ASSERT(used + need <= s->h2o_cap);
+      s->blk_h2o[r1] = need ? used : -1;
+      used += need;
+    }
+    attn_job aj = {m, s, il, n, s->any_h2o, r0, r1};
+    mole_pool_run(m->pool, s->tok_kv[0]->type == QT_F16 ? attn_worker_f16 : attn_worker, &aj);
+    if (s->any_h2o) h2o_add(s, il, NKV, r0, r1);
+  }
   // the output projection: this process's heads' part, summed over processes
   reduce_rows(m, s, n, wo_rows, &rj);
   for (int64_t t = t0; t < t1; t++) {
@@ -916,7 +933,7 @@ static mole_status ffn_block(mole_model *m, model_scratch *s, int64_t il, int64_
 static mole_status batch_setup(const mole_model *m, model_scratch *s, const model_seg *segs, int64_t n_segs,
                                int64_t *n_out) {
   const int64_t V = m->hp.n_vocab, TB = s->att_tb;
-  int64_t n = 0, no = 0, h2o_len = 0;
+  int64_t n = 0, no = 0, h2o_len = 0, h2o_blk = 0;
   size_t retain_tmp = 0;
   s->n_seg = s->n_out_seg = s->n_blk = 0;
   for (int64_t i = 0; i < n_segs; i++) {
@@ -956,8 +973,10 @@ static mole_status batch_setup(const mole_model *m, model_scratch *s, const mode
       s->tok_segn[n + t] = g->n;
     }
     for (int64_t t0 = 0; t0 < g->n; t0 += TB) {
-      s->blk_h2o[s->n_blk] = kv->policy == KV_H2O ? h2o_len : -1;
-      if (kv->policy == KV_H2O) h2o_len += m->loc.n_head_kv * kv->n_ctx;
+      if (kv->policy == KV_H2O) {
+        h2o_len += m->loc.n_head_kv * kv->n_ctx;
+        h2o_blk = MOLE_MAX(h2o_blk, m->loc.n_head_kv * kv->n_ctx);
+      }
       s->att_blk[2 * s->n_blk] = n + t0;
       s->att_blk[2 * s->n_blk++ + 1] = n + MOLE_MIN(t0 + TB, g->n);
     }
@@ -970,12 +989,14 @@ static mole_status batch_setup(const mole_model *m, model_scratch *s, const mode
   }
   if (n == 0) return mole_errorf(MOLE_ERR_ARG, "forward: no tokens");
   s->any_h2o = h2o_len > 0;
-  if (h2o_len > s->h2o_cap) {  // the h2o sums: a block's keys per KV head, for the blocks of h2o sequences
+  // the h2o sums of a round of blocks: all of them, or as many as H2O_ROUND_FLOATS holds (one at least)
+  const int64_t h2o_need = MOLE_MIN(h2o_len, MOLE_MAX(h2o_blk, s->h2o_round));
+  if (h2o_need > s->h2o_cap) {
     mole_aligned_free(s->h2o);
     s->h2o_cap = 0;
-    if (!(s->h2o = mole_aligned_alloc(64, (size_t)h2o_len * sizeof(float))))
-      return mole_errorf(MOLE_ERR_NOMEM, "forward: out of memory for the h2o sums of %lld blocks", (long long)s->n_blk);
-    s->h2o_cap = h2o_len;
+    if (!(s->h2o = mole_aligned_alloc(64, (size_t)h2o_need * sizeof(float))))
+      return mole_errorf(MOLE_ERR_NOMEM, "forward: out of memory for the h2o sums (%lld floats)", (long long)h2o_need);
+    s->h2o_cap = h2o_need;
   }
   if (retain_tmp > s->retain_tmp_cap) {  // the retaining heads' scratch, shared by the pass's locret sequences
     mole_aligned_free(s->retain_tmp);

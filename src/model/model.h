@@ -206,6 +206,10 @@ typedef struct model_kv model_kv;   // KV cache (kv/kv.h)
 // Scratch for up to n_batch tokens, sized once (no allocation per step).
 mole_status model_scratch_new(const mole_model *m, int64_t n_batch, int64_t n_ctx, model_scratch **out);
 void model_scratch_free(model_scratch *s);
+// The floats one round of h2o sums may take (default H2O_ROUND_FLOATS in
+// forward.c; at least one attention block's are always allowed): tests make
+// it small to run a pass's attention blocks in several rounds.
+void model_scratch_set_h2o_round(model_scratch *s, int64_t floats);
 // What model_scratch_new allocates for that shape, in bytes.
 int64_t model_scratch_bytes(const mole_model *m, int64_t n_batch, int64_t n_ctx);
 // A session's context and prefill chunk with the defaults filled in (<= 0:
