@@ -249,6 +249,10 @@ assert int(m["mole_kv_evicted_total"]) > 0, m
 assert int(m["mole_kv_entries"]) <= 3 * 24, m  # every slot within its budget
 assert int(m["mole_kv_bytes"]) > 0, m
 PY
+if [ -n "${NPM:-}" ] && [ -d "$NPM/node_modules/openai" ]; then  # the official client against bounded slots too
+  cp "$SRC/tests/server/openai_client.mjs" "$NPM/"
+  node "$NPM/openai_client.mjs" "$U" none || fail "bounded: openai client"
+fi
 kill -INT "$SPID"
 wait "$SPID" || fail "bounded: exit code after SIGINT"
 "$MOLE" serve -m "$T/m.gguf" --port 0 -c 64 --kv-budget 64 2> "$T/s4.log" && fail "a budget not below -c was accepted"
