@@ -394,8 +394,21 @@ static void session_api(void **state) {
   assert_int_equal(mole_batcher_eval(b, &it, 1), MOLE_OK);
   assert_int_equal(mole_session_n_past(s), 301);
   mole_batcher_free(b);
-  mole_session_reset(s);
+  // starting over is always possible: after evictions, rewind to 0 empties the
+  // cache and the next tokens give a fresh session's logits
+  assert_int_equal(mole_session_rewind(s, 0), MOLE_OK);
+  mole_session_kv_info(s, &k);
+  assert_int_equal(k.n_past, 0);
+  assert_int_equal(k.used, 0);
+  assert_int_equal(k.evicted, 0);
+  float *fresh = malloc((size_t)V * sizeof(float));
+  mole_session *f;
+  assert_int_equal(mole_session_new(m, &sp, &f), MOLE_OK);
+  assert_int_equal(mole_session_eval(f, t, 10, fresh, false), MOLE_OK);
+  mole_session_free(f);
   assert_int_equal(mole_session_eval(s, t, 10, lg, false), MOLE_OK);
+  assert_memory_equal(lg, fresh, (size_t)V * sizeof(float));
+  free(fresh);
   assert_int_equal(mole_session_rewind(s, 5), MOLE_OK);  // nothing evicted yet
   assert_int_equal(mole_session_eval(s, t + 5, 5, lg, false), MOLE_OK);
   mole_session_free(s);
