@@ -37,7 +37,7 @@ static void make_ternary(uint64_t *st, int8_t *t, float *scale, int64_t n_rows, 
 }
 
 // ---- a small dictionary builder (the real one is compress/codebook.c) ---------------
-// Counts every run of pairs (at every even start, up to TQ_PAIRS_MAX) in a trie
+// Counts every run of pairs (at every even start, up to max_pairs) in a trie
 // and keeps the 9 one-pair runs and then the most frequent runs; a run never
 // counts more than its prefix, so the choice is prefix-closed, and ties go to
 // the shorter run, so parents come before children.
@@ -64,7 +64,7 @@ static int sym_at(const int8_t *t) { return 3 * (t[0] + 1) + (t[1] + 1); }
 
 // compact dictionary of at most n_max entries (malloc'd) from the rows t.
 static uint8_t *build_compact(const int8_t *t, int64_t n_rows, int64_t k, int64_t n_max, int64_t max_nodes,
-                              int64_t *n_out) {
+                              int max_pairs, int64_t *n_out) {
   trie tr = {.cap = max_nodes};
   tr.cnt = calloc((size_t)max_nodes, sizeof(int64_t));
   tr.child = malloc((size_t)max_nodes * TQ_SYMBOLS * sizeof(int32_t));
@@ -83,7 +83,7 @@ static uint8_t *build_compact(const int8_t *t, int64_t n_rows, int64_t k, int64_
     for (int64_t p = 0; p < k; p += 2) {
       int32_t node = sym_at(row + p);
       tr.cnt[node]++;
-      for (int64_t q = p + 2; q < k && q < p + 2 * TQ_PAIRS_MAX; q += 2) {
+      for (int64_t q = p + 2; q < k && q < p + 2 * max_pairs; q += 2) {
         const int s = sym_at(row + q);
         int32_t c = tr.child[node * TQ_SYMBOLS + s];
         if (c < 0) {
@@ -124,9 +124,12 @@ static uint8_t *build_compact(const int8_t *t, int64_t n_rows, int64_t k, int64_
   return compact;
 }
 
-// One shared book for the kernel tests: trained on ~90%-zero data plus some
-// dense rows, so it has long zero runs, long dense runs and everything else.
-static tq_book *g_book;
+// The books of the kernel tests, trained on ~90%-zero data plus some dense
+// rows, so they have long zero runs, long dense runs and everything else:
+// g_wide with runs up to TQ_PAIRS_MAX pairs (512-bit windows), g_narrow up to
+// TQ_NARROW_PAIRS (256-bit windows, as mole compress makes them). g_book is
+// the one in use (g_wide unless a test says otherwise).
+static tq_book *g_wide, *g_narrow, *g_book;
 
 static int setup_book(void **state) {
   (void)state;
@@ -138,9 +141,13 @@ static int setup_book(void **state) {
   make_ternary(&st, t, sc, rows, k, 1.0f);
   make_ternary(&st, t + 64 * k, sc, 32, k, 3.0f);
   int64_t n;
-  uint8_t *compact = build_compact(t, rows, k, 4000, 1 << 18, &n);
-  if (tq_book_new(compact, n, &g_book) != MOLE_OK) return -1;
+  uint8_t *compact = build_compact(t, rows, k, 4000, 1 << 18, TQ_PAIRS_MAX, &n);
+  if (tq_book_new(compact, n, &g_wide) != MOLE_OK) return -1;
   free(compact);
+  compact = build_compact(t, rows, k, 4000, 1 << 18, TQ_NARROW_PAIRS, &n);
+  if (tq_book_new(compact, n, &g_narrow) != MOLE_OK) return -1;
+  free(compact);
+  g_book = g_wide;
   free(t);
   free(sc);
   return 0;
@@ -148,7 +155,8 @@ static int setup_book(void **state) {
 
 static int teardown_book(void **state) {
   (void)state;
-  tq_book_free(g_book);
+  tq_book_free(g_wide);
+  tq_book_free(g_narrow);
   return 0;
 }
 
@@ -523,8 +531,7 @@ static void tq1_deq_c(const void *c, int64_t r, float *y) {
 static const int64_t k_rows[] = {1, 15, 17, 33, 100};
 static const int64_t k_toks[] = {1, 3, 8};
 
-static void test_tq1_gemm(void **state) {
-  (void)state;
+static void tq1_gemm_book(void) {
   uint64_t st = 21;
   const int64_t ks[] = {2, 62, 64, 66, 130, 256, 4096 + 2};
   for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
@@ -546,6 +553,18 @@ static void test_tq1_gemm(void **state) {
   const mat_ctx c = {m.blob, 20, 14336};
   check_kernel(&c, tq1_gemm_c, tq1_ref_c, tq1_deq_c, 20, 14336, 13, 0, 20, &st);
   free_tq1(&m);
+}
+
+static void test_tq1_gemm(void **state) {
+  (void)state;
+  // the wide book has runs over 32 weights, the narrow one none (so both kernels run)
+  assert_true(g_wide->max_len > 32 && !g_wide->um32);
+  assert_true(g_narrow->max_len == 2 * TQ_NARROW_PAIRS && g_narrow->um32);
+  g_book = g_wide;
+  tq1_gemm_book();
+  g_book = g_narrow;
+  tq1_gemm_book();
+  g_book = g_wide;
 }
 
 // The extremes: a book of one-pair runs only (every code lands in the same

@@ -27,6 +27,7 @@ void tq_book_free(tq_book *b) {
   if (!b) return;
   mole_aligned_free(b->ent);
   mole_aligned_free(b->um);
+  mole_aligned_free(b->um32);
   mole_free(b->len);
   mole_free(b->child);
   mole_free(b);
@@ -87,6 +88,7 @@ mole_status tq_book_new(const uint8_t *compact, int64_t n, tq_book **out) {
     const uint64_t run = pos + 2 == 64 ? ~0ull : (1ull << (pos + 2)) - 1;
     b->um[2 * i] = run & ~(en.plus | en.minus);
     b->um[2 * i + 1] = en.plus;
+    b->max_len = MOLE_MAX(b->max_len, pos + 2);
   }
   for (int s = 0; s < TQ_SYMBOLS; s++)
     if (b->root[s] < 0) {
@@ -94,6 +96,14 @@ mole_status tq_book_new(const uint8_t *compact, int64_t n, tq_book **out) {
       return mole_errorf(MOLE_ERR_FORMAT, "tq dictionary: no entry for the one-pair run of symbol %d (t0 %d, t1 %d)", s,
                          s / 3 - 1, s % 3 - 1);
     }
+  if (b->max_len <= 32) {
+    b->um32 = mole_aligned_alloc(64, (size_t)n * sizeof(uint64_t));
+    if (!b->um32) {
+      tq_book_free(b);
+      return mole_errorf(MOLE_ERR_NOMEM, "tq dictionary: out of memory for %lld entries", (long long)n);
+    }
+    for (int64_t i = 0; i < n; i++) b->um32[i] = b->um[2 * i] | b->um[2 * i + 1] << 32;
+  }
   *out = b;
   return MOLE_OK;
 }
