@@ -4,11 +4,14 @@
 // usage: quant_bench [-c | -m MiB] [type ...]   (default q4_0 q8_0 q4_k q6_k)
 //   -c: a 1 MiB matrix (cache resident): kernel throughput without DRAM
 //   -m: matrix size (default 64 MiB; the L3 here is 300 MiB, use -m 1024 for DRAM)
-// usage: quant_bench tq [-z ZERO_FRACTION] [-q]: weights/s of the TQ1 fused decode +
+// usage: quant_bench tq [-z ZERO_FRACTION] [-q] [-p PAIRS] [-d MiB]: weights/s of the TQ1 fused decode +
 //   matmul against q4_0 and q8_0 (rows, and q4_0r / q8_0r: the R16 groups decode
 //   uses) at Mixtral expert shapes (14336x4096,
 //   4096x14336) and 256x256, 1 and 8 tokens, 1 and 2 threads (tq_bench below);
-//   -q: TQ1 alone.
+//   -q: TQ1 alone; -p N: runs of at most N pairs in the dictionary (16: a
+//   narrow book, 32: wide; default auto, as mole compress); -d MiB: every case
+//   cycles through copies of its matrix that take MiB in all (several times the
+//   L3: weights from DRAM, as in decode of a real model).
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -33,6 +36,8 @@ typedef struct {
   size_t xs;
   quant_layout lay;  // QL_R16: W holds the matrix repacked
   const tq_book *book;  // TQ1: W is the blob, x float rows (tq mode)
+  int copies;           // tq -d: W holds this many copies, wstride bytes apart; rep r reads copy r % copies
+  size_t wstride;
   double cpu;  // thread CPU seconds
 } job;
 
@@ -46,14 +51,15 @@ static void *run_job(void *p) {
   job *j = p;
   double c0 = cpu_now();
   for (int r = 0; r < j->reps; r++) {
+    const char *W = j->W + (j->copies > 1 ? (size_t)(r % j->copies) * j->wstride : 0);
     if (j->book) {
-      quant_tq1_gemm(j->book, j->W, j->ldy, j->x, j->xs, j->y, j->ldy, j->r0, j->r1, j->n_tok, j->k);
+      quant_tq1_gemm(j->book, W, j->ldy, j->x, j->xs, j->y, j->ldy, j->r0, j->r1, j->n_tok, j->k);
     } else if (j->n_tok > 0) {
       const quant_op op = {.n_rows = j->ldy};
-      quant_gemm_op(quant_type_from_name(j->tr->name), j->lay, j->W, j->rs, j->x, j->xs, j->y, j->ldy, j->r0, j->r1,
+      quant_gemm_op(quant_type_from_name(j->tr->name), j->lay, W, j->rs, j->x, j->xs, j->y, j->ldy, j->r0, j->r1,
                     j->n_tok, j->k, &op);
     } else {
-      for (int64_t i = j->r0; i < j->r1; i++) j->tr->vec_dot(j->k, &j->y[i], j->W + (size_t)i * j->rs, j->x);
+      for (int64_t i = j->r0; i < j->r1; i++) j->tr->vec_dot(j->k, &j->y[i], W + (size_t)i * j->rs, j->x);
     }
   }
   j->cpu = cpu_now() - c0;
@@ -260,6 +266,24 @@ typedef struct {
 } tq_mat;
 
 static bool g_tq_only;  // tq -q: TQ1 alone (no q4_0/q8_0 to compare)
+static int g_tq_pairs;  // tq -p N: the dictionary's longest run in pairs (default 0: auto, as mole compress)
+static size_t g_tq_dram;  // tq -d MiB: each case's weights in copies of at least this many bytes in all
+
+// Points j at copies of its weights (bytes of them) that take at least
+// g_tq_dram bytes in all, so that every rep reads its matrix from DRAM; the
+// copies go to *own (free it). Without -d, j is left alone.
+static void tq_replicate(job *j, size_t bytes, char **own) {
+  *own = NULL;
+  if (!g_tq_dram || !j->W) return;
+  const size_t stride = (bytes + 4095) & ~(size_t)4095;
+  const int n = (int)MOLE_MAX(1, (g_tq_dram + stride - 1) / stride);
+  char *w = mole_aligned_alloc(4096, stride * (size_t)n);
+  for (int c = 0; c < n; c++) memcpy(w + (size_t)c * stride, j->W, bytes);
+  j->W = w;
+  j->copies = n;
+  j->wstride = stride;
+  *own = w;
+}
 
 static void tq_gen(tq_mat *m, int64_t n_rows, int64_t k, double zf) {
   m->n_rows = n_rows;
@@ -310,7 +334,7 @@ static tq_book *tq_build_book(const int8_t *const *rows, int64_t n_rows, const i
   tq_book *b = NULL;
   mole_status st = cb_builder_new(4 << 20, &cb);
   for (int64_t r = 0; st == MOLE_OK && r < n_rows; r++) cb_builder_add_row(cb, rows[r], ks[r]);
-  if (st == MOLE_OK) st = cb_builder_finish(cb, n_max, &compact, &n);
+  if (st == MOLE_OK) st = cb_builder_finish(cb, n_max, g_tq_pairs, &compact, &n, NULL);
   if (st == MOLE_OK) st = tq_book_new(compact, n, &b);
   if (st != MOLE_OK) fprintf(stderr, "tq book: %s\n", mole_last_error());
   mole_free(compact);
@@ -337,11 +361,17 @@ static int tq_bench(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "-z") == 0 && i + 1 < argc) zf = atof(argv[++i]);
     if (strcmp(argv[i], "-q") == 0) g_tq_only = true;
+    if (strcmp(argv[i], "-p") == 0 && i + 1 < argc) g_tq_pairs = atoi(argv[++i]);
+    if (strcmp(argv[i], "-d") == 0 && i + 1 < argc) g_tq_dram = (size_t)atol(argv[++i]) << 20;
   }
   quant_init();
   const double ghz = core_ghz();
   printf("isa %s, core clock ~%.2f GHz, t = round(w/s) with %s\n", quant_isa_name(), ghz,
          zf > 0 ? "s from the row's std" : "s = max|w|");
+  if (g_tq_dram)
+    printf("weights from DRAM: each case cycles through copies of its matrix, %zu MiB in all\n", g_tq_dram >> 20);
+  else
+    printf("one copy of each matrix (cache resident when it fits the L3; -d MiB for DRAM)\n");
   const int64_t shapes[][2] = {{14336, 4096}, {4096, 14336}, {256, 256}};
   tq_mat mats[3];
   for (int i = 0; i < 3; i++) tq_gen(&mats[i], shapes[i][0], shapes[i][1], zf);
@@ -410,8 +440,12 @@ static int tq_bench(int argc, char **argv) {
         const char *name;
         job *j;
       } cases[] = {{"tq1", &jt}, {"q4_0", &j4}, {"q8_0", &j8}, {"q4_0r", &j4r}, {"q8_0r", &j8r}};
+      const size_t wbytes[] = {bytes, quant_row_size(QT_Q4_0, k) * R, quant_row_size(QT_Q8_0, k) * R,
+                               quant_row_size(QT_Q4_0, k) * R, quant_row_size(QT_Q8_0, k) * R};
       for (int c = 0; c < (g_tq_only ? 1 : 5); c++) {
         if (!cases[c].j->W) continue;
+        char *own;
+        tq_replicate(cases[c].j, wbytes[c], &own);
         run(cases[c].j, 1);  // warm
         for (int nth = 1; nth <= 2; nth++) {
           const double sec = run(cases[c].j, nth), wall = g_wall, w = nw * reps;
@@ -420,6 +454,7 @@ static int tq_bench(int argc, char **argv) {
           if (c == 0) printf("  %5.2f cycles/code", sec * nth * ghz * 1e9 / (n_codes * reps));
           printf("\n");
         }
+        mole_aligned_free(own);
       }
     }
     mole_aligned_free(X);

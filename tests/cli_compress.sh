@@ -21,12 +21,19 @@ check no-calib 2 "--calib TEXT is required" -- "$M" compress "$T/m.gguf" -o "$T/
 check bad-bits 2 "--bits '3': expected ternary or 2" -- "$M" "${C[@]}" -o "$T/x.gguf" --bits 3
 check bad-damp 2 "--damp" -- "$M" "${C[@]}" -o "$T/x.gguf" --damp -1
 check bad-dz 2 "--dead-zone: 1.5 is out of range" -- "$M" "${C[@]}" -o "$T/x.gguf" --dead-zone 1.5
+check bad-cw-odd 2 "--code-weights 33: must be even" -- "$M" "${C[@]}" -o "$T/x.gguf" --code-weights 33
+check bad-cw-range 2 "--code-weights: 66 is out of range" -- "$M" "${C[@]}" -o "$T/x.gguf" --code-weights 66
+check bad-cw-word 2 "--code-weights: 'wide' is not an integer" -- "$M" "${C[@]}" -o "$T/x.gguf" --code-weights wide
 check bad-flag 2 "unknown flag '--gptq'" -- "$M" "${C[@]}" -o "$T/x.gguf" --gptq
 check missing-calib 1 "cannot open '$T/nope.txt'" -- "$M" compress "$T/m.gguf" -o "$T/x.gguf" --calib "$T/nope.txt"
 check dense 1 "a dense model" -- "$M" compress "$S/tests/data/conformance/models/llama-dense.gguf" -o "$T/x.gguf" --rtn
 check same-file 2 "must not be the input" -- "$M" compress "$T/m.gguf" -o "$T/m.gguf" --rtn
 
 check gptq-ternary 0 "bits per weight" -- "$M" "${C[@]}" -o "$T/t.gguf"
+check gptq-cw-auto 0 "(auto: 64 would" -- "$M" "${C[@]}" -o "$T/tauto.gguf" --code-weights auto
+check gptq-cw-64 0 "codes of up to 64 weights" -- "$M" "${C[@]}" -o "$T/t64.gguf" --code-weights 64
+check gptq-cw-2 0 "9 entries, 27 bytes, codes of up to 2 weights" -- "$M" "${C[@]}" -o "$T/t2w.gguf" --code-weights 2
+cmp -s "$T/t.gguf" "$T/tauto.gguf" || fail "--code-weights auto is not the default"
 check gptq-act-order 0 "act order" -- "$M" "${C[@]}" -o "$T/ta.gguf" --act-order
 check gptq-2bit 0 "2-bit grid" -- "$M" "${C[@]}" -o "$T/t2.gguf" --bits 2
 check rtn 0 "round-to-nearest" -- "$M" compress "$T/m.gguf" -o "$T/r.gguf" --rtn
@@ -36,6 +43,14 @@ check again 1 "compress the source GGUF" -- "$M" compress "$T/t.gguf" -o "$T/x.g
 "$M" "${C[@]}" -o "$T/t-again.gguf" >/dev/null 2>&1 && cmp -s "$T/t.gguf" "$T/t-again.gguf" || fail "compress is not deterministic"
 
 TOK=5,17,300,42,999,7,123,64,1,2,3,4
+# the same ternary weights coded with runs of up to 2 and up to 64 weights
+# (two dictionaries): the same logits, bit for bit
+for f in t2w t64; do
+  "$M" logits -m "$T/$f.gguf" --tokens $TOK -o "$T/$f.f32" --one-by-one || fail "$f: logits"
+  "$M" logits -m "$T/$f.gguf" --tokens $TOK -o "$T/$f-batch.f32" || fail "$f: batched logits"
+done
+cmp -s "$T/t2w.f32" "$T/t64.f32" || fail "code widths 2 and 64 give different logits"
+cmp -s "$T/t2w-batch.f32" "$T/t64-batch.f32" || fail "code widths 2 and 64 give different batched logits"
 for f in t t2 r; do
   # (the same chunking on both sides: an f16 model's prefill and decode differ, as in llama.cpp)
   "$M" logits -m "$T/$f.gguf" --tokens $TOK -o "$T/$f-res.f32" --expert-budget 0 --one-by-one || fail "$f: resident logits"

@@ -347,24 +347,34 @@ static void gauss_ternary(uint64_t *st, int8_t *t, int64_t rows, int64_t k) {
   mole_aligned_free(w);
 }
 
-static uint8_t *build(const int8_t *t, int64_t rows, int64_t k, int64_t max_nodes, int64_t n_max, int64_t *n) {
+// The dictionary of the rows with runs of at most `pairs` pairs (0: auto);
+// what finish chose in *info (may be NULL).
+static uint8_t *build(const int8_t *t, int64_t rows, int64_t k, int64_t max_nodes, int64_t n_max, int pairs,
+                      int64_t *n, cb_finish_info *info) {
   cb_builder *b;
   assert_int_equal(cb_builder_new(max_nodes, &b), MOLE_OK);
   for (int64_t r = 0; r < rows; r++) cb_builder_add_row(b, t + r * k, k);
   uint8_t *c = NULL;
-  assert_int_equal(cb_builder_finish(b, n_max, &c, n), MOLE_OK);
+  cb_finish_info fi;
+  assert_int_equal(cb_builder_finish(b, n_max, pairs, &c, n, &fi), MOLE_OK);
+  assert_int_equal(fi.pairs, pairs ? pairs : fi.pairs);
+  assert_true(fi.pairs == TQ_NARROW_PAIRS || fi.pairs == TQ_PAIRS_MAX || fi.pairs == pairs);
+  if (pairs) assert_true(fi.wide_saving == -1);
+  if (info) *info = fi;
   cb_builder_free(b);
   return c;
 }
 
 // Prefix-closed, parent < child, the 9 one-pair runs first, no run twice,
-// runs of at most TQ_PAIRS_MAX pairs; tq_book_new agrees.
-static void check_book(const uint8_t *c, int64_t n, int64_t n_max) {
+// runs of at most `pairs` pairs; tq_book_new agrees, and gives a narrow book
+// (256-bit kernels) exactly when every run fits TQ_NARROW_PAIRS.
+static void check_book(const uint8_t *c, int64_t n, int64_t n_max, int pairs) {
   assert_true(n >= TQ_SYMBOLS && n <= n_max);
   int32_t *child = tu_xalloc(sizeof(int32_t) * TQ_SYMBOLS * (size_t)n);
   uint8_t *depth = tu_xalloc((size_t)n);
   memset(child, 0xff, sizeof(int32_t) * TQ_SYMBOLS * (size_t)n);
   int32_t root[TQ_SYMBOLS];
+  int max_depth = 0;
   for (int s = 0; s < TQ_SYMBOLS; s++) root[s] = -1;
   for (int64_t i = 0; i < n; i++) {
     const int64_t p = (int64_t)(c[3 * i] | c[3 * i + 1] << 8) - 1;
@@ -376,10 +386,13 @@ static void check_book(const uint8_t *c, int64_t n, int64_t n_max) {
     assert_int_equal(*slot, -1);  // no run twice
     *slot = (int32_t)i;
     depth[i] = (uint8_t)(p >= 0 ? depth[p] + 1 : 1);
-    assert_true(depth[i] <= TQ_PAIRS_MAX);
+    assert_true(depth[i] <= pairs);
+    max_depth = depth[i] > max_depth ? depth[i] : max_depth;
   }
   tq_book *book = NULL;
   assert_int_equal(tq_book_new(c, n, &book), MOLE_OK);
+  assert_int_equal(book->max_len, 2 * max_depth);
+  assert_true((book->um32 != NULL) == (max_depth <= TQ_NARROW_PAIRS));
   tq_book_free(book);
   mole_aligned_free(child);
   mole_aligned_free(depth);
@@ -393,11 +406,14 @@ static void test_codebook_structure(void **state) {
   gauss_ternary(&st, t, rows, k);
   for (int64_t j = 0; j < k; j++) t[7 * k + j] = (int8_t)((j % 3) - 1);  // a row with every symbol
   const int64_t caps[3] = {10, 200, 1 << 20}, nmax[3] = {9, 100, TQ_BOOK_MAX};
+  const int pairs[3] = {TQ_NARROW_PAIRS, TQ_PAIRS_MAX, 5};
   for (int ci = 0; ci < 3; ci++)
     for (int ni = 0; ni < 3; ni++) {
+      const int pi = (ci + ni) % 3;
       int64_t n1, n2;
-      uint8_t *c1 = build(t, rows, k, caps[ci], nmax[ni], &n1), *c2 = build(t, rows, k, caps[ci], nmax[ni], &n2);
-      check_book(c1, n1, nmax[ni]);
+      uint8_t *c1 = build(t, rows, k, caps[ci], nmax[ni], pairs[pi], &n1, NULL);
+      uint8_t *c2 = build(t, rows, k, caps[ci], nmax[ni], pairs[pi], &n2, NULL);
+      check_book(c1, n1, nmax[ni], pairs[pi]);
       assert_int_equal(n1, n2);  // deterministic
       assert_memory_equal(c1, c2, (size_t)(3 * n1));
       if (ci > 0 && ni > 0) assert_true(n1 > TQ_SYMBOLS);
@@ -409,15 +425,23 @@ static void test_codebook_structure(void **state) {
     }
   // no rows: the 9 one-pair runs
   int64_t n;
-  uint8_t *c = build(t, 0, k, 100, 100, &n);
-  check_book(c, n, 100);
+  uint8_t *c = build(t, 0, k, 100, 100, 0, &n, NULL);
+  check_book(c, n, 100, TQ_NARROW_PAIRS);
   assert_int_equal(n, TQ_SYMBOLS);
-  // rows of zeros code as runs of TQ_PAIRS_MAX zero pairs
+  // rows of zeros code as runs of TQ_NARROW_PAIRS zero pairs when asked to;
+  // auto takes runs of TQ_PAIRS_MAX (half the codes)
   memset(t, 0, (size_t)k * 16);
   mole_free(c);
-  c = build(t, 16, k, 1000, 1000, &n);
-  assert_int_equal(n, TQ_SYMBOLS + TQ_PAIRS_MAX - 1);
+  c = build(t, 16, k, 1000, 1000, TQ_NARROW_PAIRS, &n, NULL);
+  assert_int_equal(n, TQ_SYMBOLS + TQ_NARROW_PAIRS - 1);
   int64_t codes;
+  assert_int_equal(cb_count_codes(c, n, t, 16, k, &codes), MOLE_OK);
+  assert_int_equal(codes, 16 * (k / 2 / TQ_NARROW_PAIRS));
+  mole_free(c);
+  cb_finish_info fi;
+  c = build(t, 16, k, 1000, 1000, 0, &n, &fi);
+  assert_true(fi.pairs == TQ_PAIRS_MAX && fi.wide_saving == 0.5);
+  assert_int_equal(n, TQ_SYMBOLS + TQ_PAIRS_MAX - 1);
   assert_int_equal(cb_count_codes(c, n, t, 16, k, &codes), MOLE_OK);
   assert_int_equal(codes, 16 * (k / 2 / TQ_PAIRS_MAX));
   // bad input
@@ -431,7 +455,9 @@ static void test_codebook_structure(void **state) {
   assert_int_equal(cb_builder_new(3, &b), MOLE_ERR_ARG);
   assert_int_equal(cb_builder_new(100, &b), MOLE_OK);
   uint8_t *c3;
-  assert_int_equal(cb_builder_finish(b, TQ_BOOK_MAX + 1, &c3, &n), MOLE_ERR_ARG);
+  assert_int_equal(cb_builder_finish(b, TQ_BOOK_MAX + 1, 0, &c3, &n, NULL), MOLE_ERR_ARG);
+  assert_int_equal(cb_builder_finish(b, TQ_BOOK_MAX, -1, &c3, &n, NULL), MOLE_ERR_ARG);
+  assert_int_equal(cb_builder_finish(b, TQ_BOOK_MAX, TQ_PAIRS_MAX + 1, &c3, &n, NULL), MOLE_ERR_ARG);
   cb_builder_free(b);
   mole_free(c);
   mole_aligned_free(t);
@@ -439,7 +465,7 @@ static void test_codebook_structure(void **state) {
 
 // Bits per weight on Gaussian ternary rows, on the rows the dictionary was
 // built from and on held-out rows, against the order-0 entropy.
-static void check_bits(int64_t k, int64_t rows, double max_train, double max_held) {
+static void check_bits(int64_t k, int64_t rows, int want_pairs, double max_train, double max_held) {
   uint64_t st = 22 + (uint64_t)k;
   int8_t *t = tu_xalloc((size_t)(rows * k)), *h = tu_xalloc((size_t)(rows * k));
   gauss_ternary(&st, t, rows, k);
@@ -449,18 +475,20 @@ static void check_bits(int64_t k, int64_t rows, double max_train, double max_hel
   const double h0 = tq_symstats_entropy(&ss), h2 = tq_symstats_pair_entropy(&ss);
   const int64_t t0 = mole_time_us();
   int64_t n;
-  uint8_t *c = build(t, rows, k, 1 << 22, TQ_BOOK_MAX, &n);
+  cb_finish_info fi;
+  uint8_t *c = build(t, rows, k, 1 << 22, TQ_BOOK_MAX, 0, &n, &fi);
   const double secs = (double)(mole_time_us() - t0) / 1e6;
-  check_book(c, n, TQ_BOOK_MAX);
+  check_book(c, n, TQ_BOOK_MAX, fi.pairs);
+  assert_int_equal(fi.pairs, want_pairs);
   int64_t ct, ch;
   assert_int_equal(cb_count_codes(c, n, t, rows, k, &ct), MOLE_OK);
   assert_int_equal(cb_count_codes(c, n, h, rows, k, &ch), MOLE_OK);
   const double bt = 16.0 * (double)ct / (double)(rows * k), bh = 16.0 * (double)ch / (double)(rows * k);
   mole_log(MOLE_LOG_INFO,
            "codebook k %lld, %lld weights: zeros %.3f, entropy %.4f (pairs %.4f) bits/weight; %lld entries in %.2f s: "
-           "%.4f bits/weight (x%.3f), held out %.4f (x%.3f)",
+           "%.4f bits/weight (x%.3f), held out %.4f (x%.3f); runs of up to %d pairs (the longest save %.1f%%)",
            (long long)k, (long long)(rows * k), (double)ss.zeros / (double)ss.weights, h0, h2, (long long)n, secs, bt,
-           bt / h0, bh, bh / h0);
+           bt / h0, bh, bh / h0, fi.pairs, 100 * fi.wide_saving);
   assert_true(fabs(h0 - h2) < 0.01);  // the weights are independent
   assert_true(bt < max_train * h0);
   assert_true(bh < max_held * h0);
@@ -480,10 +508,13 @@ static void check_bits(int64_t k, int64_t rows, double max_train, double max_hel
 
 static void test_codebook_bits(void **state) {
   (void)state;
-  // measured: k 256: x1.090, held out x1.134; k 4096: x1.132, held out x1.156
-  // (the first selection alone, before the refinement: x1.137 and x1.27)
-  check_bits(256, 4000, 1.12, 1.17);
-  check_bits(4096, 500, 1.17, 1.20);
+  // measured: k 256 (86.5% zeros): narrow runs (on the first selection the
+  // longest save 0.1% of the codes; refined, narrow is x1.111 where the longest
+  // were x1.090), held out x1.154; k 4096 (94% zeros): the longest runs (they
+  // save 12%), x1.132, held out x1.156 (the first selection alone, before the
+  // refinement: x1.137 and x1.27)
+  check_bits(256, 4000, TQ_NARROW_PAIRS, 1.13, 1.18);
+  check_bits(4096, 500, TQ_PAIRS_MAX, 1.17, 1.20);
 }
 
 static void test_symstats(void **state) {

@@ -31,6 +31,8 @@
 #include <string.h>
 
 enum { CB_GATE = 2, CB_REFINE = 3, CB_LANES = 16 };
+// auto run length: narrow runs unless their first selection spends over 3% more codes
+static const double CB_NARROW_SLACK = 0.03;
 
 typedef struct cb_node {
   int64_t count;
@@ -48,6 +50,7 @@ struct cb_builder {
   int64_t n_rows, rows_cap;
   int64_t max_row;     // pairs in the longest row
   bool oom;            // an add_row could not keep its row
+  int pairs;           // the longest run counted: TQ_PAIRS_MAX while adding rows, then finish's choice
 };
 
 static inline int pair_sym(const int8_t *t) { return 3 * (t[0] + 1) + (t[1] + 1); }
@@ -105,7 +108,7 @@ static void trie_count_runs(cb_builder *b, const uint8_t *s, int64_t np, const i
     if (next < n_starts) {
       pos[l] = starts ? starts[next] : next;
       next++;
-      end[l] = pos[l] + MOLE_MIN(np - pos[l], (int64_t)TQ_PAIRS_MAX);
+      end[l] = pos[l] + MOLE_MIN(np - pos[l], (int64_t)b->pairs);
       node[l] = (int32_t)(1 + s[pos[l]]);
       active++;
     }
@@ -127,7 +130,7 @@ static void trie_count_runs(cb_builder *b, const uint8_t *s, int64_t np, const i
       if (nx < 0 && next < n_starts) {  // this walk ends: the lane takes the next start
         pos[l] = starts ? starts[next] : next;
         next++;
-        end[l] = pos[l] + MOLE_MIN(np - pos[l], (int64_t)TQ_PAIRS_MAX);
+        end[l] = pos[l] + MOLE_MIN(np - pos[l], (int64_t)b->pairs);
         nx = (int32_t)(1 + s[pos[l]]);
       }
       if (nx < 0) active--;
@@ -146,6 +149,7 @@ mole_status cb_builder_new(int64_t max_nodes, cb_builder **out) {
   cb_builder *b = mole_calloc(1, sizeof *b);
   if (!b) return mole_errorf(MOLE_ERR_NOMEM, "codebook: out of memory");
   b->max_nodes = max_nodes;
+  b->pairs = TQ_PAIRS_MAX;
   b->cap = MOLE_MIN(max_nodes, (int64_t)1 << 16);
   b->node = mole_malloc((size_t)b->cap * sizeof *b->node);
   if (!b->node) {
@@ -237,7 +241,8 @@ static int64_t kth_largest(int64_t *v, int64_t n, int64_t need) {
   return v[kk];
 }
 
-// The top n_max runs of the trie as a compact dictionary (3 * *n bytes).
+// The top n_max runs of the trie (of at most b->pairs pairs) as a compact
+// dictionary (3 * *n bytes).
 static mole_status trie_select(const cb_builder *b, int64_t n_max, uint8_t **compact, int64_t *n) {
   *compact = NULL;
   *n = 0;
@@ -256,19 +261,22 @@ static mole_status trie_select(const cb_builder *b, int64_t n_max, uint8_t **com
       if (b->node[i].child[s] >= 0) parent[b->node[i].child[s]] = (int32_t)i;
   }
   // the threshold count: every run above it is taken, ties at it by (depth, index)
-  int64_t thr = INT64_MAX, n_cand = 0;
-  if (need > 0) {
-    for (int64_t i = first; i < nn; i++) cnt[i - first] = b->node[i].count;
-    thr = kth_largest(cnt, nn - first, need);
-    for (int64_t i = first; i < nn; i++) n_cand += b->node[i].count >= thr;
+  int64_t thr = INT64_MAX, n_cand = 0, n_cnt = 0;
+  for (int64_t i = first; i < nn; i++)
+    if (b->node[i].depth <= b->pairs) cnt[n_cnt++] = b->node[i].count;
+  const int64_t take = MOLE_MIN(need, n_cnt);
+  if (take > 0) {
+    thr = kth_largest(cnt, n_cnt, take);
+    for (int64_t i = first; i < nn; i++) n_cand += b->node[i].depth <= b->pairs && b->node[i].count >= thr;
   }
   cand = mole_malloc((size_t)MOLE_MAX(n_cand, 1) * sizeof *cand);
   out = mole_malloc((size_t)n_max * 3);  // room for dict_fill
   if (!cand || !out) goto oom;
   n_cand = 0;
-  if (need > 0)
+  if (take > 0)
     for (int64_t i = first; i < nn; i++)
-      if (b->node[i].count >= thr) cand[n_cand++] = (cb_cand){b->node[i].count, (int32_t)i, b->node[i].depth};
+      if (b->node[i].depth <= b->pairs && b->node[i].count >= thr)
+        cand[n_cand++] = (cb_cand){b->node[i].count, (int32_t)i, b->node[i].depth};
   qsort(cand, (size_t)n_cand, sizeof *cand, cand_cmp);
   int64_t m = 0;
   for (int s = 0; s < TQ_SYMBOLS; s++, m++) {
@@ -277,7 +285,7 @@ static mole_status trie_select(const cb_builder *b, int64_t n_max, uint8_t **com
     out[3 * m + 1] = 0;
     out[3 * m + 2] = (uint8_t)s;
   }
-  for (int64_t c = 0; c < n_cand && c < need; c++, m++) {
+  for (int64_t c = 0; c < n_cand && c < take; c++, m++) {
     const int32_t i = cand[c].idx, pe = map[parent[i]];
     MOLE_ASSERT(pe >= 0);  // count(child) <= count(parent): the order is prefix-closed
     map[i] = (int32_t)m;
@@ -470,18 +478,47 @@ static mole_status dict_codes(cb_builder *b, const uint8_t *compact, int64_t n, 
   return MOLE_OK;
 }
 
-mole_status cb_builder_finish(cb_builder *b, int64_t n_max, uint8_t **compact, int64_t *n) {
+// The codes of the first selection with runs of at most `pairs` pairs (the
+// trie's counts untouched).
+static mole_status first_codes(cb_builder *b, int64_t n_max, int pairs, int64_t *codes) {
+  b->pairs = pairs;
+  uint8_t *d = NULL;
+  int64_t nd = 0;
+  mole_status st = trie_select(b, n_max, &d, &nd);
+  if (st == MOLE_OK) st = dict_codes(b, d, nd, false, codes);
+  mole_free(d);
+  return st;
+}
+
+mole_status cb_builder_finish(cb_builder *b, int64_t n_max, int max_pairs, uint8_t **compact, int64_t *n,
+                              cb_finish_info *info) {
   *compact = NULL;
   *n = 0;
+  if (info) *info = (cb_finish_info){.pairs = max_pairs, .wide_saving = -1};
   if (n_max < TQ_SYMBOLS || n_max > TQ_BOOK_MAX)
     return mole_errorf(MOLE_ERR_ARG, "codebook: n_max %lld (must be %d..%d)", (long long)n_max, TQ_SYMBOLS,
                        TQ_BOOK_MAX);
+  if (max_pairs < 0 || max_pairs > TQ_PAIRS_MAX)
+    return mole_errorf(MOLE_ERR_ARG, "codebook: max_pairs %d (must be 1..%d, or 0 for auto)", max_pairs,
+                       TQ_PAIRS_MAX);
   if (b->oom)
     return mole_errorf(MOLE_ERR_NOMEM, "codebook: out of memory keeping the rows (%lld pairs kept)",
                        (long long)b->n_sym);
+  mole_status st;
+  if (max_pairs == 0) {  // auto: compare the two first selections
+    int64_t wide = 0, narrow = 0;
+    if (b->n_rows > 0 && ((st = first_codes(b, n_max, TQ_PAIRS_MAX, &wide)) ||
+                          (st = first_codes(b, n_max, TQ_NARROW_PAIRS, &narrow))))
+      return st;
+    max_pairs = (double)narrow <= (1 + CB_NARROW_SLACK) * (double)wide ? TQ_NARROW_PAIRS : TQ_PAIRS_MAX;
+    if (info) *info = (cb_finish_info){.pairs = max_pairs, .wide_saving = narrow ? 1 - (double)wide / narrow : 0};
+    mole_log(MOLE_LOG_DEBUG, "codebook: first selections: %lld codes with runs of %d pairs, %lld with %d",
+             (long long)narrow, TQ_NARROW_PAIRS, (long long)wide, TQ_PAIRS_MAX);
+  }
+  b->pairs = max_pairs;
   uint8_t *best = NULL, *first = NULL;
   int64_t nbest = 0, best_codes = 0, nfirst = 0;
-  mole_status st = trie_select(b, n_max, &best, &nbest);
+  st = trie_select(b, n_max, &best, &nbest);
   if (st != MOLE_OK) return st;
   const int64_t t0 = mole_time_us();
   if (b->n_rows > 0) {

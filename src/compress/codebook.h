@@ -23,7 +23,17 @@ void cb_builder_add_row(cb_builder *b, const int8_t *t, int64_t k);
 // Deterministic: the same rows in the same order give the same dictionary.
 // The selection is refined by re-counting the runs where the greedy parse
 // starts its codes; the dictionary with the fewest codes on the rows kept wins.
-mole_status cb_builder_finish(cb_builder *b, int64_t n_max, uint8_t **compact, int64_t *n);
+// max_pairs: the longest run (1..TQ_PAIRS_MAX), or 0 for auto: runs of at
+// most TQ_NARROW_PAIRS pairs (a narrow book, decoded about 1.4x faster)
+// unless that spends over 3% more codes than runs of TQ_PAIRS_MAX (compared
+// on the first selections). info (may be NULL): what was chosen. Once only.
+typedef struct cb_finish_info {
+  int pairs;           // the longest run allowed
+  double wide_saving;  // auto: fraction of the codes that runs of TQ_PAIRS_MAX save on the first selection
+                       // (negative: they spend more); else -1
+} cb_finish_info;
+mole_status cb_builder_finish(cb_builder *b, int64_t n_max, int max_pairs, uint8_t **compact, int64_t *n,
+                              cb_finish_info *info);
 
 // Codes that greedy longest-match coding (as tq1_encode) spends on t
 // [n_rows][k] (each row on its own) with the compact dictionary of n entries

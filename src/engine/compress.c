@@ -541,9 +541,12 @@ mole_status compress_model(const char *in, const char *out, const compress_param
   m->moe_hook = NULL;
   if (st) goto done;
   if (p->grid == GPTQ_TERNARY) {
-    if ((st = cb_builder_finish(c.cb, TQ_BOOK_MAX, &c.compact, &c.book_n))) goto done;
+    cb_finish_info fi;
+    if ((st = cb_builder_finish(c.cb, TQ_BOOK_MAX, p->code_pairs, &c.compact, &c.book_n, &fi))) goto done;
     if ((st = tq_book_new(c.compact, c.book_n, &c.book))) goto done;
     rep->book_entries = c.book_n;
+    rep->code_pairs = fi.pairs;
+    rep->wide_saving = fi.wide_saving;
     rep->book_bytes = 3 * c.book_n;
     rep->zero_frac = c.sym.weights ? (double)c.sym.zeros / (double)c.sym.weights : 0;
     rep->entropy = tq_symstats_entropy(&c.sym);
@@ -605,7 +608,12 @@ void compress_print_report(const compress_report *r, const compress_params *p, F
   fprintf(f, "zero fraction     %.4f\n", r->zero_frac);
   if (tern) {
     fprintf(f, "entropy bound     %.4f bits/weight (order 0), %.4f (pairs)\n", r->entropy, r->pair_entropy);
-    fprintf(f, "dictionary        %lld entries, %lld bytes\n", (long long)r->book_entries, (long long)r->book_bytes);
+    fprintf(f, "dictionary        %lld entries, %lld bytes, codes of up to %d weights", (long long)r->book_entries,
+            (long long)r->book_bytes, 2 * r->code_pairs);
+    if (p->code_pairs == 0)
+      fprintf(f, " (auto: %d would %s %.1f%% of the codes)", 2 * TQ_PAIRS_MAX,
+              r->wide_saving >= 0 ? "save" : "add", 100 * fabs(r->wide_saving));
+    fprintf(f, "\n");
   }
   fprintf(f, "bits per weight   %.4f (codes, row index, grids and dictionary: %lld bytes)\n", r->bits,
           (long long)(r->payload_bytes + r->book_bytes));

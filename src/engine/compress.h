@@ -25,6 +25,8 @@ typedef struct compress_params {
   double cap;             // an expert's samples are capped at cap x the mean per expert (default 4)
   float dead_zone;        // ternary: |w| <= dead_zone * s rounds to 0 (default 0.5: to nearest)
   bool act_order;         // GPTQ columns by decreasing H diagonal (--act-order; default off: column order)
+  int code_pairs;         // ternary: the longest run a code covers, in pairs (1..TQ_PAIRS_MAX); 0 = auto
+                          // (TQ_NARROW_PAIRS unless TQ_PAIRS_MAX saves over 3% of the codes)
   int n_threads;          // 0 = all cores
 } compress_params;
 
@@ -38,6 +40,8 @@ typedef struct compress_report {
   double zero_frac;             // weights on the grid's zero
   double entropy, pair_entropy; // ternary: order-0 bound per weight, and over pairs
   int64_t book_entries;
+  int code_pairs;               // the longest run the dictionary may hold (pairs)
+  double wide_saving;           // auto: codes runs of TQ_PAIRS_MAX would save (first selection), else -1
   int64_t matrices, fallbacks;  // matrices quantized; of them RTN because Cholesky failed
   int64_t no_data;              // experts no calibration token reached (RTN)
   double gptq_err;              // the GPTQ objectives summed over matrices
