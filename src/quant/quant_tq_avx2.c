@@ -6,7 +6,8 @@
 // and the row sum of x16 comes off at the end. Without mask registers the
 // book's `um` bits become bytes by broadcast, shuffle, and, compare; the dot
 // products are vpmaddubsw (u unsigned, planes signed; |pair| <= 512) and
-// vpmaddwd into int32. Tokens share each code's u.
+// vpmaddwd into int32. Tokens share each code's u. A narrow book's codes
+// (at most 32 weights) take one 32-weight half, not two.
 #include <immintrin.h>
 
 #include "quant/quant_internal.h"
@@ -46,11 +47,13 @@ static inline __m256i tq1_u(const uint64_t *um, uint32_t code, int half) {
 }
 
 // One code at weight p for T tokens (planes of token t at P + 2*t*lp): acc[2t] += u.H, acc[2t+1] += u.L.
+// NH: the 32-weight halves a code may reach (1 for a narrow book).
 static inline __attribute__((always_inline)) void tq1_code(const uint64_t *um, uint32_t code, const int8_t *P,
-                                                           int64_t lp, int64_t p, const int T, __m256i *acc) {
+                                                           int64_t lp, int64_t p, const int T, const int NH,
+                                                           __m256i *acc) {
   const __m256i one = _mm256_set1_epi16(1);
 #pragma GCC unroll 2
-  for (int half = 0; half < 2; half++) {
+  for (int half = 0; half < NH; half++) {
     const __m256i u = tq1_u(um, code, half);
 #pragma GCC unroll 8
     for (int e = 0; e < 2 * T; e++) {
@@ -71,7 +74,7 @@ static inline int64_t hsum(__m256i v) {
 // past the row's codes.
 static inline __attribute__((always_inline)) void tq1_row(const tq_book *b, const uint8_t *codes, uint64_t *cp,
                                                           uint64_t n_codes, const int8_t *P, int64_t lp, int64_t k,
-                                                          const int T, int64_t *S) {
+                                                          const int T, const int NH, int64_t *S) {
   const uint8_t *len = b->len;
   const uint64_t *um = b->um;
   __m256i acc[2 * TQ1_TOK];
@@ -84,16 +87,16 @@ static inline __attribute__((always_inline)) void tq1_row(const tq_book *b, cons
     const uint32_t c0 = q & 0xffff, c1 = q >> 16 & 0xffff, c2 = q >> 32 & 0xffff, c3 = q >> 48;
     const int64_t L1 = len[c0], L2 = L1 + len[c1], L3 = L2 + len[c2], L4 = L3 + len[c3];
     if (p + L3 >= k) break;  // code 3 may start the next row
-    tq1_code(um, c0, P, lp, p, T, acc);
-    tq1_code(um, c1, P, lp, p + L1, T, acc);
-    tq1_code(um, c2, P, lp, p + L2, T, acc);
-    tq1_code(um, c3, P, lp, p + L3, T, acc);
+    tq1_code(um, c0, P, lp, p, T, NH, acc);
+    tq1_code(um, c1, P, lp, p + L1, T, NH, acc);
+    tq1_code(um, c2, P, lp, p + L2, T, NH, acc);
+    tq1_code(um, c3, P, lp, p + L3, T, NH, acc);
     p += L4;
     c += 4;
   }
   for (; p < k; c++) {
     const uint32_t code = rd_u16(codes + 2 * c);
-    tq1_code(um, code, P, lp, p, T, acc);
+    tq1_code(um, code, P, lp, p, T, NH, acc);
     p += len[code];
   }
   *cp = c;
@@ -103,7 +106,10 @@ static inline __attribute__((always_inline)) void tq1_row(const tq_book *b, cons
 #define TQ1_ROW(T)                                                                                                 \
   static void tq1_row_##T(const tq_book *b, const uint8_t *codes, uint64_t *cp, uint64_t n_codes, const int8_t *P, \
                           int64_t lp, int64_t k, int64_t *S) {                                                     \
-    tq1_row(b, codes, cp, n_codes, P, lp, k, T, S);                                                                \
+    if (b->um32)                                                                                                   \
+      tq1_row(b, codes, cp, n_codes, P, lp, k, T, 1, S);                                                           \
+    else                                                                                                           \
+      tq1_row(b, codes, cp, n_codes, P, lp, k, T, 2, S);                                                           \
   }
 TQ1_ROW(1)
 TQ1_ROW(2)
