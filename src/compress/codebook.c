@@ -9,7 +9,9 @@
 // far as the existing nodes reach. A child is only ever counted on the way
 // through its parent, so count(child) <= count(parent).
 //
-// Selection: the 9 one-pair runs, then the most frequent runs, ties broken by
+// Selection: the 9 one-pair runs, then the most frequent runs no longer than
+// the cap finish was given (a shorter cap only drops the trie's deeper
+// nodes: a run's count does not depend on the cap), ties broken by
 // the shorter run, then by the node's creation order (deterministic: it
 // depends only on the rows and their order). With count(child) <=
 // count(parent) that order puts every parent before its children, so the top
