@@ -1,7 +1,8 @@
 // libFuzzer target: a compressed expert matrix from a hostile file. The input
 // is a compact dictionary and a tq1_dict blob (quant_tq.h): tq_book_new must
 // reject a bad dictionary, tq1_check a bad blob, and whatever passes both must
-// run through the kernels and the row decoder inside its bytes (ASan checks).
+// run through the kernels and the row decoder inside its bytes (ASan checks),
+// the SIMD kernels giving the reference's bits (narrow and wide books alike).
 // Layout: u8 n_rows-1, u8 k/2-1, u16 dictionary entries n, 3n bytes of
 // dictionary, then the blob.
 #include <stdlib.h>
@@ -27,13 +28,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size) memcpy(blob, data, size);
   char err[160];
   if (tq1_check(b, blob, size, n_rows, k, err, sizeof err)) {
-    float *x = calloc((size_t)(k * 2), sizeof *x), *y = calloc((size_t)(n_rows * 2), sizeof *y);
+    float *x = calloc((size_t)(k * 2), sizeof *x), *yr = calloc((size_t)(n_rows * 2), sizeof *yr),
+          *ys = calloc((size_t)(n_rows * 2), sizeof *ys);
     for (int64_t i = 0; i < 2 * k; i++) x[i] = (float)((i * 37) % 11) - 5.0f;
-    quant_tq1_gemm_ref(b, blob, n_rows, x, (size_t)k * sizeof *x, y, n_rows, 0, n_rows, 2, k);
-    quant_tq1_gemm(b, blob, n_rows, x, (size_t)k * sizeof *x, y, n_rows, 0, n_rows, 2, k);
+    // one token (the decode kernels) and two (the batched ones): the SIMD
+    // kernels must give the reference's bits
+    for (int64_t nt = 1; nt <= 2; nt++) {
+      quant_tq1_gemm_ref(b, blob, n_rows, x, (size_t)k * sizeof *x, yr, n_rows, 0, n_rows, nt, k);
+      quant_tq1_gemm(b, blob, n_rows, x, (size_t)k * sizeof *x, ys, n_rows, 0, n_rows, nt, k);
+      if (memcmp(yr, ys, (size_t)(nt * n_rows) * sizeof *yr)) abort();
+    }
     for (int64_t r = 0; r < n_rows; r++) tq1_row_to_float(b, blob, n_rows, k, r, x);
     free(x);
-    free(y);
+    free(yr);
+    free(ys);
   }
   free(blob);
   tq_book_free(b);

@@ -65,7 +65,8 @@ run_fuzzer() {
 run_fuzzer fuzz_gguf "$corpus" "$secs" 2097152
 
 # fuzz_tq: seeds are valid inputs (a dictionary of the 9 one-pair runs and a
-# few longer ones, and a blob of 3 rows), from which the mutator starts
+# few longer ones, and a blob of 3 rows; a dictionary with a run of 20 pairs and
+# a blob of 2 rows), from which the mutator starts
 secs_tq=${FUZZ_TQ_SECONDS:-30}
 corpus_tq=$build/corpus-tq
 mkdir -p "$corpus_tq"
@@ -78,6 +79,13 @@ n=len(book)//3
 codes=[10,0, 0,1,2,3, 9,9]
 blob=struct.pack("<II",0,len(codes)) + struct.pack("<HHH",0x3c00,0x4000,0x3800) + struct.pack("<%dH"%len(codes),*codes)
 open(d+"/seed-3x8","wb").write(bytes([2,3])+struct.pack("<H",n)+book+blob)
+# a wide book (a run of 20 zero pairs: the 512-bit kernels), 2 rows of k=40
+book=b"".join(struct.pack("<HB",0,s) for s in range(9)) + struct.pack("<HB",4+1,4)
+book+=b"".join(struct.pack("<HB",9+j,4) for j in range(1,19))  # entry 9+j: j+2 zero pairs
+n=len(book)//3
+codes=[27, 0,26]
+blob=struct.pack("<II",0,len(codes)) + struct.pack("<HH",0x3c00,0x4000) + struct.pack("<%dH"%len(codes),*codes)
+open(d+"/seed-2x40-wide","wb").write(bytes([1,19])+struct.pack("<H",n)+book+blob)
 PY
 run_fuzzer fuzz_tq "$corpus_tq" "$secs_tq" 65536
 
