@@ -24,6 +24,7 @@ check bad-dz 2 "--dead-zone: 1.5 is out of range" -- "$M" "${C[@]}" -o "$T/x.ggu
 check bad-cw-odd 2 "--code-weights 33: must be even" -- "$M" "${C[@]}" -o "$T/x.gguf" --code-weights 33
 check bad-cw-range 2 "--code-weights: 66 is out of range" -- "$M" "${C[@]}" -o "$T/x.gguf" --code-weights 66
 check bad-cw-word 2 "--code-weights: 'wide' is not an integer" -- "$M" "${C[@]}" -o "$T/x.gguf" --code-weights wide
+check bad-cw-2bit 2 "--code-weights is for the ternary grid" -- "$M" "${C[@]}" -o "$T/x.gguf" --bits 2 --code-weights 32
 check bad-flag 2 "unknown flag '--gptq'" -- "$M" "${C[@]}" -o "$T/x.gguf" --gptq
 check missing-calib 1 "cannot open '$T/nope.txt'" -- "$M" compress "$T/m.gguf" -o "$T/x.gguf" --calib "$T/nope.txt"
 check dense 1 "a dense model" -- "$M" compress "$S/tests/data/conformance/models/llama-dense.gguf" -o "$T/x.gguf" --rtn

@@ -36,6 +36,7 @@ static const char *k_help =
 
 int cmd_compress(int argc, char **argv) {
   const char *in = NULL, *out = NULL;
+  bool code_weights = false;  // --code-weights given (ternary only)
   compress_params p = compress_default_params();
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
@@ -69,6 +70,7 @@ int cmd_compress(int argc, char **argv) {
       p.dead_zone = (float)d;
     } else if (!strcmp(a, "--code-weights")) {
       if (!(v = cli_value(argc, argv, &i))) return 2;
+      code_weights = true;
       if (!strcmp(v, "auto")) {
         p.code_pairs = 0;
       } else {
@@ -96,6 +98,8 @@ int cmd_compress(int argc, char **argv) {
   if (!out) return cli_usage_error("compress", "-o FILE is required");
   if (!strcmp(in, out)) return cli_usage_error("compress", "the output must not be the input");
   if (!p.rtn && !p.calib) return cli_usage_error("compress", "--calib TEXT is required (or --rtn for round-to-nearest)");
+  if (code_weights && p.grid != GPTQ_TERNARY)
+    return cli_usage_error("compress", "--code-weights is for the ternary grid's dictionary code, not --bits 2");
   compress_report r;
   mole_status st = compress_model(in, out, &p, stderr, &r);
   if (st) return cli_error("compress", st);
