@@ -442,6 +442,7 @@ static int tq_bench(int argc, char **argv) {
       } cases[] = {{"tq1", &jt}, {"q4_0", &j4}, {"q8_0", &j8}, {"q4_0r", &j4r}, {"q8_0r", &j8r}};
       const size_t wbytes[] = {bytes, quant_row_size(QT_Q4_0, k) * R, quant_row_size(QT_Q8_0, k) * R,
                                quant_row_size(QT_Q4_0, k) * R, quant_row_size(QT_Q8_0, k) * R};
+      double gws[5][2] = {{0}};  // wall-clock G weights/s per case and thread count
       for (int c = 0; c < (g_tq_only ? 1 : 5); c++) {
         if (!cases[c].j->W) continue;
         char *own;
@@ -449,6 +450,7 @@ static int tq_bench(int argc, char **argv) {
         run(cases[c].j, 1);  // warm
         for (int nth = 1; nth <= 2; nth++) {
           const double sec = run(cases[c].j, nth), wall = g_wall, w = nw * reps;
+          gws[c][nth - 1] = w / wall / 1e9;
           printf("  %-5s n_tok %lld %dT: %7.2f GW/s (wall %7.2f)", cases[c].name, (long long)nt, nth, w / sec / 1e9,
                  w / wall / 1e9);
           if (c == 0) printf("  %5.2f cycles/code", sec * nth * ghz * 1e9 / (n_codes * reps));
@@ -456,6 +458,11 @@ static int tq_bench(int argc, char **argv) {
         }
         mole_aligned_free(own);
       }
+      // the ratio: TQ1 against the Q4_0 and Q8_0 layouts decode uses (wall clock, this run)
+      for (int c = 3; c < 5; c++)
+        if (gws[c][0] > 0)
+          printf("  tq1 / %s n_tok %lld: %.2fx (1T), %.2fx (2T)\n", cases[c].name, (long long)nt,
+                 gws[0][0] / gws[c][0], gws[0][1] / gws[c][1]);
     }
     mole_aligned_free(X);
     mole_aligned_free(X8);
