@@ -96,7 +96,7 @@ mole_status tq_book_new(const uint8_t *compact, int64_t n, tq_book **out) {
       return mole_errorf(MOLE_ERR_FORMAT, "tq dictionary: no entry for the one-pair run of symbol %d (t0 %d, t1 %d)", s,
                          s / 3 - 1, s % 3 - 1);
     }
-  if (b->max_len <= 32) {
+  if (b->max_len <= 2 * TQ_NARROW_PAIRS) {
     b->um32 = mole_aligned_alloc(64, (size_t)n * sizeof(uint64_t));
     if (!b->um32) {
       tq_book_free(b);

@@ -56,7 +56,7 @@ typedef struct tq_book {
   uint64_t *um;       // [n][2] 64-byte aligned, for the SIMD kernels: bit j of um[2i] set when weight j of
                       // entry i's run is 0 (j < len), of um[2i+1] when it is +1
   int max_len;        // weights in the longest run
-  uint64_t *um32;     // narrow books (max_len <= 32) only, else NULL: [n] um[2i] | um[2i+1] << 32
+  uint64_t *um32;     // narrow books (max_len <= 2 * TQ_NARROW_PAIRS) only, else NULL: [n] um[2i] | um[2i+1] << 32
 } tq_book;
 
 // Expands a compact dictionary (3*n bytes, see above). Errors (a parent that
