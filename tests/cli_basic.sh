@@ -13,6 +13,13 @@ check logits-no-model 2 "-m FILE is required" -- "$M" logits --tokens 1 -o "$T/x
 check logits-bad-flag 2 "unknown flag '--bogus'" -- "$M" logits --bogus
 check logits-bad-tokens 2 "element 1 of '1,x,3'" -- "$M" logits -m "$D/models/mixtral.gguf" --tokens 1,x,3 -o "$T/x"
 check logits-missing-file 1 "nope.gguf" -- "$M" logits -m "$T/nope.gguf" --tokens 1 -o "$T/x"
+# an output or a routing trace over the model it reads: refused, the model intact (a truncated
+# mapping would have crashed the run with SIGBUS)
+cp "$D/models/mixtral-q4_0.gguf" "$T/m.gguf" && ln -s m.gguf "$T/link.gguf"
+check logits-over-model 2 "-o $T/link.gguf and -m $T/m.gguf are the same file" -- "$M" logits -m "$T/m.gguf" --tokens 1 -o "$T/link.gguf"
+check trace-over-model 1 "--trace-routing: $T/./m.gguf is the model file $T/m.gguf" -- "$M" run -m "$T/m.gguf" --tokens 1 -n 1 --trace-routing "$T/./m.gguf"
+check trace-over-model-bench 1 "the trace would overwrite it" -- "$M" bench -m "$T/link.gguf" -p 4 -n 2 --trace-routing "$T/m.gguf"
+cmp -s "$D/models/mixtral-q4_0.gguf" "$T/m.gguf" || { echo "FAIL a refused output changed the model"; fails=$((fails + 1)); }
 check logits-oov 1 "out of the vocabulary" -- "$M" logits -m "$D/models/mixtral.gguf" --tokens 1,512 -o "$T/x"
 check threads-range 2 "out of range" -- "$M" bench -m "$D/models/mixtral.gguf" -t 5000
 check kv-type 2 "--kv-type: 'f8'" -- "$M" run -m "$D/models/mixtral.gguf" --tokens 1 --kv-type f8

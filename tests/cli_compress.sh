@@ -28,7 +28,13 @@ check bad-cw-2bit 2 "--code-weights is for the ternary grid" -- "$M" "${C[@]}" -
 check bad-flag 2 "unknown flag '--gptq'" -- "$M" "${C[@]}" -o "$T/x.gguf" --gptq
 check missing-calib 1 "cannot open '$T/nope.txt'" -- "$M" compress "$T/m.gguf" -o "$T/x.gguf" --calib "$T/nope.txt"
 check dense 1 "a dense model" -- "$M" compress "$S/tests/data/conformance/models/llama-dense.gguf" -o "$T/x.gguf" --rtn
-check same-file 2 "must not be the input" -- "$M" compress "$T/m.gguf" -o "$T/m.gguf" --rtn
+check same-file 2 "-o $T/m.gguf and the input $T/m.gguf are the same file" -- "$M" compress "$T/m.gguf" -o "$T/m.gguf" --rtn
+# an output over an input however it is spelled (./, a link): refused, the input intact
+cp "$CAL" "$T/cal.txt" && ln -s m.gguf "$T/link.gguf" && sum0=$(cat "$T/m.gguf" "$T/cal.txt" | md5sum)
+check same-file-dot 2 "are the same file" -- "$M" compress "$T/m.gguf" -o "$T/./m.gguf" --rtn
+check same-file-link 2 "-o $T/link.gguf and the input $T/m.gguf are the same file" -- "$M" compress "$T/m.gguf" -o "$T/link.gguf" --rtn
+check same-file-calib 2 "-o $T/cal.txt and --calib $T/cal.txt are the same file" -- "$M" compress "$T/m.gguf" -o "$T/cal.txt" --calib "$T/cal.txt"
+[ "$(cat "$T/m.gguf" "$T/cal.txt" | md5sum)" = "$sum0" ] || fail "a refused output changed an input"
 
 check gptq-ternary 0 "bits per weight" -- "$M" "${C[@]}" -o "$T/t.gguf"
 check gptq-cw-auto 0 "(auto: 64 would" -- "$M" "${C[@]}" -o "$T/tauto.gguf" --code-weights auto

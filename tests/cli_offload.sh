@@ -56,6 +56,8 @@ P=(logits -m "$T/p.gguf" --tokens $TOK --kv-type f32)
 cmp -s "$T/ref.f32" "$T/p2.f32" && { echo "FAIL mixed precision changed nothing"; fails=$((fails + 1)); }
 check pack-again 1 "already a packed expert store" -- "$M" pack "$T/p.gguf" -o "$T/q.gguf"
 check pack-bad-type 2 "--high: 'q3_q'" -- "$M" pack "$T/m.gguf" -o "$T/q.gguf" --high q3_q
+check pack-over-in 2 "-o $T/./m.gguf and the input $T/m.gguf are the same file" -- "$M" pack "$T/m.gguf" -o "$T/./m.gguf"
+check pack-over-low 2 "-o $T/./p.gguf and --low $T/p.gguf are the same file" -- "$M" pack "$T/m.gguf" -o "$T/./p.gguf" --low "$T/p.gguf"
 check pack-no-out 2 "-o FILE is required" -- "$M" pack "$T/m.gguf"
 check pack-dense 1 "missing tensor 'blk.0.ffn_gate_exps.weight'" -- "$M" pack "${MOLE_SOURCE_DIR:?}/tests/data/conformance/models/llama-dense.gguf" -o "$T/q.gguf"
 check pack-requant 0 "" -- "$M" pack "$T/m.gguf" -o "$T/q.gguf" --high q6_k --low q4_k

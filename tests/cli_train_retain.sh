@@ -21,7 +21,12 @@ check listed 0 "train-retain" -- "$M" --help
 check no-model 2 "-m MODEL is required" -- "$M" train-retain --data "$D" -o "$T/h.gguf"
 check no-data 2 "--data TEXT is required" -- "$M" train-retain -m "$T/m.gguf" -o "$T/h.gguf"
 check no-out 2 "-o FILE is required" -- "$M" train-retain -m "$T/m.gguf" --data "$D"
-check same-file 2 "must not be the model" -- "$M" train-retain -m "$T/m.gguf" --data "$D" -o "$T/m.gguf"
+check same-file 2 "-o $T/m.gguf and -m $T/m.gguf are the same file" -- "$M" train-retain -m "$T/m.gguf" --data "$D" -o "$T/m.gguf"
+cp "$D" "$T/d.txt" && sum0=$(cat "$T/m.gguf" "$T/d.txt" | md5sum)
+check same-file-dot 2 "-o $T/./m.gguf and -m $T/m.gguf are the same file" -- "$M" train-retain -m "$T/m.gguf" --data "$D" -o "$T/./m.gguf"
+check csv-over-data 2 "--csv $T/d.txt and --data $T/d.txt are the same file" -- "$M" "${R[@]/$D/$T/d.txt}" -o "$T/h.gguf" --csv "$T/d.txt"
+check report-over-model 2 "--report $T/m.gguf and -m $T/m.gguf" -- "$M" "${R[@]}" -o "$T/h.gguf" --report "$T/m.gguf"
+[ "$(cat "$T/m.gguf" "$T/d.txt" | md5sum)" = "$sum0" ] || { echo "FAIL a refused output changed an input"; fails=$((fails + 1)); }
 check bad-flag 2 "unknown flag '--layers'" -- "$M" "${R[@]}" -o "$T/h.gguf" --layers 3
 check stray-arg 2 "unexpected argument 'extra'" -- "$M" "${R[@]}" -o "$T/h.gguf" extra
 check bad-window 2 "--window: 0 is out of range" -- "$M" "${R[@]}" -o "$T/h.gguf" --window 0

@@ -96,7 +96,8 @@ int cmd_compress(int argc, char **argv) {
   }
   if (!in) return cli_usage_error("compress", "no input model given");
   if (!out) return cli_usage_error("compress", "-o FILE is required");
-  if (!strcmp(in, out)) return cli_usage_error("compress", "the output must not be the input");
+  if (cli_output_clash("compress", "-o", out, "the input", in) || cli_output_clash("compress", "-o", out, "--calib", p.calib))
+    return 2;
   if (!p.rtn && !p.calib) return cli_usage_error("compress", "--calib TEXT is required (or --rtn for round-to-nearest)");
   if (code_weights && p.grid != GPTQ_TERNARY)
     return cli_usage_error("compress", "--code-weights is for the ternary grid's dictionary code, not --bits 2");

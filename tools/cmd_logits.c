@@ -85,6 +85,7 @@ int cmd_logits(int argc, char **argv) {
   if (!mo.model) return cli_usage_error("logits", "-m FILE is required");
   if (!toks) return cli_usage_error("logits", "--tokens is required");
   if (!outp) return cli_usage_error("logits", "-o OUT is required");
+  if (cli_output_clash("logits", "-o", outp, "-m", mo.model)) return 2;
   int32_t *ids;
   int64_t n;
   if (cli_parse_tokens("--tokens", toks, &ids, &n)) return 2;

@@ -76,8 +76,8 @@ int cmd_pack(int argc, char **argv) {
   }
   if (!in) return cli_usage_error("pack", "no input model given");
   if (!out) return cli_usage_error("pack", "-o FILE is required");
-  if (!strcmp(in, out)) return cli_usage_error("pack", "the output must not be the input");
-  if (low_file && !strcmp(low_file, out)) return cli_usage_error("pack", "the output must not be the --low file");
+  if (cli_output_clash("pack", "-o", out, "the input", in) || cli_output_clash("pack", "-o", out, "--low", low_file))
+    return 2;
   experts_pack_src *src = NULL;
   mole_status st = MOLE_OK;
   if (low_file && !(st = experts_pack_tier_open(low_file, in, &src))) {

@@ -62,6 +62,7 @@ int cmd_plan(int argc, char **argv) {
     if (r == 0) return cli_usage_error("plan", "unknown option '%s'", a);
   }
   if (!mo.model) return cli_usage_error("plan", "no model given (-m FILE)");
+  if (cli_output_clash("plan", "-o", out, "-m", mo.model)) return 2;
   if (mole_dist_size() < 2) return cli_usage_error("plan", "run it under mpirun with the processes to plan for");
   mole_model_params mp = mole_model_default_params();
   mp.n_threads = mo.threads;

@@ -100,7 +100,11 @@ int cmd_train_retain(int argc, char **argv) {
   if (!model) return cli_usage_error("train-retain", "-m MODEL is required");
   if (!p.data) return cli_usage_error("train-retain", "--data TEXT is required (the text to train on)");
   if (!out) return cli_usage_error("train-retain", "-o FILE is required (where the heads go)");
-  if (!strcmp(model, out)) return cli_usage_error("train-retain", "the output must not be the model");
+  const char *outs[][2] = {{"-o", out}, {"--csv", csv}, {"--png", png}, {"--report", json}};
+  for (int o = 0; o < 4; o++)
+    if (cli_output_clash("train-retain", outs[o][0], outs[o][1], "-m", model) ||
+        cli_output_clash("train-retain", outs[o][0], outs[o][1], "--data", p.data))
+      return 2;
   train_retain_report r;
   mole_status st = train_retain_run(model, out, &p, stderr, &r);
   if (st) {

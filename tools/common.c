@@ -1,5 +1,7 @@
 #include "common.h"
 
+#include "base/base.h"
+
 #include "experts/budget.h"
 #include "experts/cache.h"
 
@@ -17,6 +19,12 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
   va_end(ap);
   fprintf(stderr, " (see mole %s --help)\n", cmd);
   return 2;
+}
+
+int cli_output_clash(const char *cmd, const char *out_flag, const char *out, const char *in_flag, const char *in) {
+  if (!mole_same_file(out, in)) return 0;
+  return cli_usage_error(cmd, "%s %s and %s %s are the same file; writing it would destroy that input", out_flag, out,
+                         in_flag, in);
 }
 
 int cli_error(const char *cmd, mole_status st) {

@@ -103,5 +103,8 @@ int cli_load_model(const cli_model_opts *o, mole_model **m);  // the model only
 void cli_print_kv(const mole_session *s, FILE *f);
 int cli_error(const char *cmd, mole_status st);  // prints mole_last_error, returns 1
 int cli_usage_error(const char *cmd, const char *fmt, ...);  // prints, returns 2
+// An output that names the same file as an input (however spelled: ./m.gguf,
+// a link): a usage error naming both, 2; else 0. NULL paths never clash.
+int cli_output_clash(const char *cmd, const char *out_flag, const char *out, const char *in_flag, const char *in);
 
 #endif

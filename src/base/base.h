@@ -45,6 +45,11 @@ typedef enum { MOLE_LOG_ERROR = 0, MOLE_LOG_WARN, MOLE_LOG_INFO, MOLE_LOG_DEBUG 
 void mole_log_set_level(mole_log_level lvl);
 void mole_log(mole_log_level lvl, const char *fmt, ...) MOLE_PRINTF(2, 3);
 
+// ---- files --------------------------------------------------------------
+// True when both paths exist and name the same file (device and inode), however
+// they are spelled: an output that would be written over an input.
+bool mole_same_file(const char *a, const char *b);
+
 // ---- time ---------------------------------------------------------------
 int64_t mole_time_us(void);  // monotonic microseconds
 

@@ -402,6 +402,9 @@ static mole_status bind_all(loader *L) {
 mole_status model_load(const char *path, const mole_model_params *p, const model_shard *shard, mole_model **out) {
   *out = NULL;
   quant_init();
+  if (mole_same_file(p->offload.trace_routing, path))
+    return mole_errorf(MOLE_ERR_ARG, "--trace-routing: %s is the model file %s; the trace would overwrite it",
+                       p->offload.trace_routing, path);
   mole_model *m = mole_calloc(1, sizeof *m);
   if (!m) return mole_errorf(MOLE_ERR_NOMEM, "out of memory");
   if (shard) m->shard = *shard;
