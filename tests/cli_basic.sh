@@ -20,6 +20,9 @@ check logits-over-model 2 "-o $T/link.gguf and -m $T/m.gguf are the same file" -
 check trace-over-model 1 "--trace-routing: $T/./m.gguf is the model file $T/m.gguf" -- "$M" run -m "$T/m.gguf" --tokens 1 -n 1 --trace-routing "$T/./m.gguf"
 check trace-over-model-bench 1 "the trace would overwrite it" -- "$M" bench -m "$T/link.gguf" -p 4 -n 2 --trace-routing "$T/m.gguf"
 cmp -s "$D/models/mixtral-q4_0.gguf" "$T/m.gguf" || { echo "FAIL a refused output changed the model"; fails=$((fails + 1)); }
+check serve-bad-port 2 "--port: 'abc' is not an integer" -- timeout 20 "$M" serve -m "$D/models/mixtral.gguf" --port abc
+check serve-bad-parallel 2 "--parallel: 0 is out of range" -- timeout 20 "$M" serve -m "$D/models/mixtral.gguf" --parallel 0
+check serve-empty-key 2 "--api-key: the key is empty" -- timeout 20 "$M" serve -m "$D/models/mixtral.gguf" --port 0 --api-key ""
 check logits-oov 1 "out of the vocabulary" -- "$M" logits -m "$D/models/mixtral.gguf" --tokens 1,512 -o "$T/x"
 check threads-range 2 "out of range" -- "$M" bench -m "$D/models/mixtral.gguf" -t 5000
 check kv-type 2 "--kv-type: 'f8'" -- "$M" run -m "$D/models/mixtral.gguf" --tokens 1 --kv-type f8

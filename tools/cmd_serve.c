@@ -56,6 +56,8 @@ int cmd_serve(int argc, char **argv) {
       sp.port = (int)x;
     } else if (!strcmp(a, "--api-key")) {
       if (!(v = cli_value(argc, argv, &i))) return 2;
+      if (!v[0])  // --api-key "$KEY" with KEY unset would otherwise serve without one
+        return cli_usage_error("serve", "--api-key: the key is empty; leave the flag out to serve without a key");
       sp.api_key = v;
     } else if (!strcmp(a, "--ctx-per-seq")) {
       if (!(v = cli_value(argc, argv, &i)) || cli_parse_i64(a, v, 8, (int64_t)1 << 24, &mo.ctx)) return 2;
