@@ -76,6 +76,18 @@ check cachesim-small 1 "a token needs 2" -- "$M" cachesim --trace "$T/r.trace" -
 check run-waves-trace 0 "experts: tiered" -- "$M" run -m "$T/m.gguf" --tokens $TOK -n 4 --ids --expert-budget 2MiB \
   --stats --trace-routing "$T/w.trace"
 check cachesim-waves 0 "hobbit" -- "$M" cachesim --trace "$T/w.trace" --budget 2MiB --cache-policy hobbit
+# hostile traces: counts that would overflow the cache's int64 tallies are errors naming the line
+H=$(head -1 "$T/r.trace")
+printf '%s\ns 0 2\nL 0 1:h:9223372036854775807 skip 0\n' "$H" > "$T/bad1.trace"
+printf '%s\ns 0 99999999999\n' "$H" > "$T/bad2.trace"
+printf '%s\ns 0 2\nL 0 1:h:2 skip -1\n' "$H" > "$T/bad3.trace"
+printf '%s\ns 0 2\nL 0 1:h:2 skip 9223372036854775807\n' "$H" > "$T/bad4.trace"
+sed 's/slot_high [0-9]*/slot_high 9223372036854775807/' "$T/r.trace" > "$T/bad5.trace"
+check trace-expert-tokens 1 "bad1.trace: line 3: an expert with more tokens than its step has" -- "$M" cachesim --trace "$T/bad1.trace" --budget 50%
+check trace-step-tokens 1 "bad2.trace: line 2: more tokens in a step" -- "$M" cachesim --trace "$T/bad2.trace" --budget 50%
+check trace-skip-neg 1 "bad3.trace: line 3: bad skip count" -- "$M" cachesim --trace "$T/bad3.trace" --budget 50%
+check trace-skip-big 1 "bad4.trace: line 3: bad skip count" -- "$M" cachesim --trace "$T/bad4.trace" --budget 50% --cache-policy all
+check trace-slot-bytes 1 "bad5.trace: line 1: header values out of range" -- "$M" cachesim --trace "$T/bad5.trace" --budget 50%
 check cachesim-no-trace 2 "--trace FILE is required" -- "$M" cachesim --budget 1GiB
 check bench-offload 0 "tg" -- "$M" bench -m "$T/m.gguf" -p 8 -n 8 -r 1 --expert-budget 4MiB
 

@@ -11,6 +11,11 @@
 
 #define TRACE_MAGIC "mole-trace"
 #define TRACE_VERSION 1
+// Bounds on what a trace may claim (far above any real model, low enough that
+// no count or budget computed from them overflows int64): bytes of one expert
+// copy, tokens in one step.
+#define TRACE_SLOT_MAX ((long long)1 << 36)
+#define TRACE_STEP_MAX ((long long)1 << 24)
 
 mole_status experts_trace_begin(const char *path, const experts_trace_header *h, FILE **out) {
   FILE *f = fopen(path, "w");
@@ -89,6 +94,7 @@ typedef struct sim {
   int64_t soft_cap[2];
   const char *path;
   int64_t line;
+  int64_t step_tokens;  // tokens of the current s record (bounds an L record's counts)
   // belady
   bool scan;            // first pass: only collect the requests
   int64_t n_ent, cap_ent;  // requests (L record entries) of the trace
@@ -294,13 +300,17 @@ static mole_status sim_layer(sim *s, char *rest) {
     if (!strcmp(tok, "skip")) {
       tok = strtok_r(NULL, " \n", &save);
       if (!tok) return bad_line(s, "'skip' without a count");
-      if (!s->scan) s->r->c.skips += strtoll(tok, NULL, 10);
+      const long long sk = strtoll(tok, &end, 10);
+      if (*end || sk < 0 || sk > s->step_tokens * s->r->h.n_used)
+        return bad_line(s, "bad skip count (a whole number up to the step's tokens times experts used)");
+      if (!s->scan) s->r->c.skips += sk;
       break;
     }
     long long e, n;
     char pc;
     if (sscanf(tok, "%lld:%c:%lld", &e, &pc, &n) != 3 || e < 0 || e >= X || (pc != 'h' && pc != 'l') || n <= 0)
       return bad_line(s, "expected EXPERT:h|l:TOKENS");
+    if (n > s->step_tokens) return bad_line(s, "an expert with more tokens than its step has");
     if (n_req == 2 * X) return bad_line(s, "more entries than experts");
     if (s->scan) {
       mole_status st = scan_request(s, layer * X + e, pc == 'l', n_req == 0);
@@ -375,7 +385,8 @@ static mole_status read_header(sim *s, const char *line, experts_trace_header *h
              &X, &K, &sh, &sl, &low) != 7)
     return bad_line(s, "not a mole routing trace (expected a 'mole-trace 1 ...' header)");
   if (ver != TRACE_VERSION) return bad_line(s, "unsupported trace version");
-  if (L < 1 || L > 4096 || X < 1 || X > 4096 || K < 1 || K > X || sh <= 0 || sl < 0)
+  if (L < 1 || L > 4096 || X < 1 || X > 4096 || K < 1 || K > X || sh <= 0 || sh > TRACE_SLOT_MAX || sl < 0 ||
+      sl > TRACE_SLOT_MAX)
     return bad_line(s, "header values out of range");
   *h = (experts_trace_header){L, X, K, {sh, sl}, low != 0};
   return MOLE_OK;
@@ -422,7 +433,9 @@ static mole_status sim_records(sim *s, FILE *f, char **line, size_t *cap, bool p
     if (l[0] == 's' && l[1] == ' ') {
       long long step, n;
       if (sscanf(l + 2, "%lld %lld", &step, &n) != 2 || n <= 0) return bad_line(s, "expected s STEP TOKENS");
+      if (n > TRACE_STEP_MAX) return bad_line(s, "more tokens in a step than a trace can hold");
       in_step = true;
+      s->step_tokens = n;
       if (s->scan) continue;
       if (out->steps) {
         sim_release(s, -1);
