@@ -126,4 +126,14 @@ if "${MPI[@]}" -np 2 "$MOLE" logits -m "$M/mixtral.gguf" --tokens 1 -o "$T/x" --
   fail "a bad plan"
 fi
 grep -q "not a plan" "$T/err" || fail "bad plan message: $(cat "$T/err")"
+# shares that are all 0 for some kind of work, or an unknown mode: named, not a 0/0 cut
+R0='{"heads": 0, "ffn": 1, "seq": 1, "vocab": 1}'
+echo "{\"mode\": \"hmp\", \"ranks\": [$R0, $R0]}" > "$T/zero.json"
+echo '{"mode": "pp", "ranks": [{"heads": 1, "ffn": 1, "seq": 1, "vocab": 1}, {"heads": 1, "ffn": 1, "seq": 1, "vocab": 1}]}' > "$T/mode.json"
+for b in zero:"every rank's heads share is 0" mode:'mode must be "hmp" or "tp"'; do
+  if "${MPI[@]}" -np 2 "$MOLE" logits -m "$M/mixtral.gguf" --tokens 1 -o "$T/x" --plan "$T/${b%%:*}.json" > "$T/err" 2>&1; then
+    fail "plan ${b%%:*} accepted"
+  fi
+  grep -qF "${b#*:}" "$T/err" || fail "plan ${b%%:*} message: $(cat "$T/err")"
+done
 echo "cli_dist: ok"

@@ -523,7 +523,9 @@ static mole_status read_plan(const char *path, int size, dist_weights *w, mole_p
     st = mole_errorf(MOLE_ERR_ARG, "--plan %s: a plan for %d processes, run with %d", path, cJSON_GetArraySize(ranks),
                      size);
   const cJSON *md = root ? cJSON_GetObjectItemCaseSensitive(root, "mode") : NULL;
-  if (!st && cJSON_IsString(md) && *mode == MOLE_PARALLEL_NONE)
+  if (!st && md && (!cJSON_IsString(md) || (strcmp(md->valuestring, "tp") && strcmp(md->valuestring, "hmp"))))
+    st = mole_errorf(MOLE_ERR_FORMAT, "--plan %s: mode must be \"hmp\" or \"tp\"", path);
+  if (!st && md && *mode == MOLE_PARALLEL_NONE)
     *mode = !strcmp(md->valuestring, "tp") ? MOLE_PARALLEL_TP : MOLE_PARALLEL_HMP;
   for (int r = 0; r < size && !st; r++) {
     const cJSON *e = cJSON_GetArrayItem(ranks, r);
@@ -536,6 +538,14 @@ static mole_status read_plan(const char *path, int size, dist_weights *w, mole_p
       else
         *dst[k] = x->valuedouble;
     }
+  }
+  // each kind of work is cut in proportion to its shares: they cannot all be 0
+  const char *keys[4] = {"heads", "ffn", "seq", "vocab"};
+  const double *col[4] = {w->heads, w->ffn, w->seq, w->vocab};
+  for (int k = 0; k < 4 && !st; k++) {
+    double tot = 0;
+    for (int r = 0; r < size; r++) tot += col[k][r];
+    if (!(tot > 0)) st = mole_errorf(MOLE_ERR_FORMAT, "--plan %s: every rank's %s share is 0", path, keys[k]);
   }
   cJSON_Delete(root);
   return st;
