@@ -7,8 +7,9 @@
 #     and each compression's report (bits per weight, zero fraction, entropy bound);
 #  2. the fused decode kernels against mole's Q4_0 and Q8_0 matvec (quant_bench tq, at 90% and
 #     80% zeros: the eval model's GPTQ ternary rows have 80%; one copy of each matrix, then at
-#     80% with the weights from DRAM (DRAM_MIB of copies), with the default 32-weight code and
-#     with the 64-weight one), and whole decode of a
+#     80% with the weights from DRAM (DRAM_MIB of copies), with the default 30-weight code (the
+#     packed table's kernel), the 32-weight one (the masks' 256-bit kernel) and the 64-weight one
+#     (512-bit)), and whole decode of a
 #     Mixtral-8x7B-shaped layer with its experts in Q4_0 against the same compressed (part 4's file);
 #  3. the compressed copy as HOBBIT's low tier under the memory limits of
 #     bench/offload.sh (MODEL= the committed Q8_0 eval model), against a Q4_0 low
@@ -85,6 +86,8 @@ if ! skip 2; then
     for z in ${ZEROS:-0.9 0.8}; do "$QB" tq -z "$z"; done
     # as in decode of a real model: every matrix from DRAM (copies well past the L3)
     "$QB" tq -z 0.8 -d "${DRAM_MIB:-512}"
+    echo "-- the same with the 32-weight code (runs of 16 pairs: the masks' 256-bit kernels)"
+    "$QB" tq -z 0.8 -d "${DRAM_MIB:-512}" -q -p 16
     echo "-- the same with the 64-weight code (runs of 32 pairs: the 512-bit kernels)"
     "$QB" tq -z 0.8 -d "${DRAM_MIB:-512}" -q -p 32
   } 2>&1 | tee "$OUT/compress-kernels.txt"

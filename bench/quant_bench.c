@@ -8,8 +8,9 @@
 //   matmul against q4_0 and q8_0 (rows, and q4_0r / q8_0r: the R16 groups decode
 //   uses) at Mixtral expert shapes (14336x4096,
 //   4096x14336) and 256x256, 1 and 8 tokens, 1 and 2 threads (tq_bench below);
-//   -q: TQ1 alone; -p N: runs of at most N pairs in the dictionary (16: a
-//   narrow book, 32: wide; default auto, as mole compress); -d MiB: every case
+//   -q: TQ1 alone; -p N: runs of at most N pairs in the dictionary (15: the
+//   packed table, 16: a narrow book's masks, 32: wide; default auto, as mole
+//   compress); -d MiB: every case
 //   cycles through copies of its matrix that take MiB in all (several times the
 //   L3: weights from DRAM, as in decode of a real model).
 #include <math.h>

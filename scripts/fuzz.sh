@@ -66,7 +66,8 @@ run_fuzzer fuzz_gguf "$corpus" "$secs" 2097152
 
 # fuzz_tq: seeds are valid inputs (a dictionary of the 9 one-pair runs and a
 # few longer ones, and a blob of 3 rows; a dictionary with a run of 20 pairs and
-# a blob of 2 rows), from which the mutator starts
+# a blob of 2 rows; one with runs of up to 15 pairs and a row of 64 weights),
+# from which the mutator starts
 secs_tq=${FUZZ_TQ_SECONDS:-30}
 corpus_tq=$build/corpus-tq
 mkdir -p "$corpus_tq"
@@ -86,6 +87,15 @@ n=len(book)//3
 codes=[27, 0,26]
 blob=struct.pack("<II",0,len(codes)) + struct.pack("<HH",0x3c00,0x4000) + struct.pack("<%dH"%len(codes),*codes)
 open(d+"/seed-2x40-wide","wb").write(bytes([1,19])+struct.pack("<H",n)+book+blob)
+# a book of runs up to 15 zero pairs (the packed table's kernel), 1 row of k=64:
+# two 30-weight codes, then two (+1, +1) pairs (the window of a 30-weight code
+# reaches weights the next code covers, where x is not 0)
+book=b"".join(struct.pack("<HB",0,s) for s in range(9)) + struct.pack("<HB",4+1,4)
+book+=b"".join(struct.pack("<HB",9+j,4) for j in range(1,14))  # entry 9+j: j+2 zero pairs
+n=len(book)//3
+codes=[22,22,8,8]
+blob=struct.pack("<II",0,len(codes)) + struct.pack("<H",0x3c00) + struct.pack("<%dH"%len(codes),*codes)
+open(d+"/seed-1x64-packed","wb").write(bytes([0,31])+struct.pack("<H",n)+book+blob)
 PY
 run_fuzzer fuzz_tq "$corpus_tq" "$secs_tq" 65536
 

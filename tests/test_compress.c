@@ -367,7 +367,8 @@ static uint8_t *build(const int8_t *t, int64_t rows, int64_t k, int64_t max_node
 
 // Prefix-closed, parent < child, the 9 one-pair runs first, no run twice,
 // runs of at most `pairs` pairs; tq_book_new agrees, and gives a narrow book
-// (256-bit kernels) exactly when every run fits TQ_NARROW_PAIRS.
+// (256-bit kernels) exactly when every run fits TQ_WINDOW_WEIGHTS, the packed
+// table exactly when every run fits TQ_NARROW_PAIRS.
 static void check_book(const uint8_t *c, int64_t n, int64_t n_max, int pairs) {
   assert_true(n >= TQ_SYMBOLS && n <= n_max);
   int32_t *child = tu_xalloc(sizeof(int32_t) * TQ_SYMBOLS * (size_t)n);
@@ -392,7 +393,8 @@ static void check_book(const uint8_t *c, int64_t n, int64_t n_max, int pairs) {
   tq_book *book = NULL;
   assert_int_equal(tq_book_new(c, n, &book), MOLE_OK);
   assert_int_equal(book->max_len, 2 * max_depth);
-  assert_true((book->um32 != NULL) == (max_depth <= TQ_NARROW_PAIRS));
+  assert_true((book->um32 != NULL) == (2 * max_depth <= TQ_WINDOW_WEIGHTS));
+  assert_true((book->pk != NULL) == (max_depth <= TQ_NARROW_PAIRS));
   tq_book_free(book);
   mole_aligned_free(child);
   mole_aligned_free(depth);
@@ -429,18 +431,19 @@ static void test_codebook_structure(void **state) {
   check_book(c, n, 100, TQ_NARROW_PAIRS);
   assert_int_equal(n, TQ_SYMBOLS);
   // rows of zeros code as runs of TQ_NARROW_PAIRS zero pairs when asked to;
-  // auto takes runs of TQ_PAIRS_MAX (half the codes)
+  // auto takes runs of TQ_PAIRS_MAX (a third of the codes)
   memset(t, 0, (size_t)k * 16);
   mole_free(c);
   c = build(t, 16, k, 1000, 1000, TQ_NARROW_PAIRS, &n, NULL);
   assert_int_equal(n, TQ_SYMBOLS + TQ_NARROW_PAIRS - 1);
   int64_t codes;
   assert_int_equal(cb_count_codes(c, n, t, 16, k, &codes), MOLE_OK);
-  assert_int_equal(codes, 16 * (k / 2 / TQ_NARROW_PAIRS));
+  assert_int_equal(codes, 16 * ((k / 2 + TQ_NARROW_PAIRS - 1) / TQ_NARROW_PAIRS));
   mole_free(c);
   cb_finish_info fi;
   c = build(t, 16, k, 1000, 1000, 0, &n, &fi);
-  assert_true(fi.pairs == TQ_PAIRS_MAX && fi.wide_saving == 0.5);
+  const double narrow_codes = (double)((k / 2 + TQ_NARROW_PAIRS - 1) / TQ_NARROW_PAIRS);
+  assert_true(fi.pairs == TQ_PAIRS_MAX && fabs(fi.wide_saving - (1 - (k / 2 / TQ_PAIRS_MAX) / narrow_codes)) < 1e-12);
   assert_int_equal(n, TQ_SYMBOLS + TQ_PAIRS_MAX - 1);
   assert_int_equal(cb_count_codes(c, n, t, 16, k, &codes), MOLE_OK);
   assert_int_equal(codes, 16 * (k / 2 / TQ_PAIRS_MAX));

@@ -126,10 +126,11 @@ static uint8_t *build_compact(const int8_t *t, int64_t n_rows, int64_t k, int64_
 
 // The books of the kernel tests, trained on ~90%-zero data plus some dense
 // rows, so they have long zero runs, long dense runs and everything else:
-// g_wide with runs up to TQ_PAIRS_MAX pairs (512-bit windows), g_narrow up to
-// TQ_NARROW_PAIRS (256-bit windows, as mole compress makes them). g_book is
-// the one in use (g_wide unless a test says otherwise).
-static tq_book *g_wide, *g_narrow, *g_book;
+// g_wide with runs up to TQ_PAIRS_MAX pairs (512-bit windows), g_win32 up to
+// 32 weights (256-bit windows, the masks' kernel), g_narrow up to
+// TQ_NARROW_PAIRS (256-bit windows and the packed table, as mole compress makes
+// them). g_book is the one in use (g_wide unless a test says otherwise).
+static tq_book *g_wide, *g_win32, *g_narrow, *g_book;
 
 static int setup_book(void **state) {
   (void)state;
@@ -147,6 +148,9 @@ static int setup_book(void **state) {
   compact = build_compact(t, rows, k, 4000, 1 << 18, TQ_NARROW_PAIRS, &n);
   if (tq_book_new(compact, n, &g_narrow) != MOLE_OK) return -1;
   free(compact);
+  compact = build_compact(t, rows, k, 4000, 1 << 18, TQ_WINDOW_WEIGHTS / 2, &n);
+  if (tq_book_new(compact, n, &g_win32) != MOLE_OK) return -1;
+  free(compact);
   g_book = g_wide;
   free(t);
   free(sc);
@@ -157,6 +161,7 @@ static int teardown_book(void **state) {
   (void)state;
   tq_book_free(g_wide);
   tq_book_free(g_narrow);
+  tq_book_free(g_win32);
   return 0;
 }
 
@@ -557,13 +562,17 @@ static void tq1_gemm_book(void) {
 
 static void test_tq1_gemm(void **state) {
   (void)state;
-  // the wide book has runs over 32 weights, the narrow one none (so both kernels run)
-  assert_true(g_wide->max_len > 32 && !g_wide->um32);
-  assert_true(g_narrow->max_len == 2 * TQ_NARROW_PAIRS && g_narrow->um32);
-  g_book = g_wide;
-  tq1_gemm_book();
-  g_book = g_narrow;
-  tq1_gemm_book();
+  // the wide book has runs over 32 weights, g_win32 runs of 32 (the masks'
+  // 256-bit kernel), the narrow one of at most 30 (the packed table's kernel
+  // where the CPU has VBMI): every one-token kernel runs
+  assert_true(g_wide->max_len > 32 && !g_wide->um32 && !g_wide->pk);
+  assert_true(g_win32->max_len == TQ_WINDOW_WEIGHTS && g_win32->um32 && !g_win32->pk);
+  assert_true(g_narrow->max_len == 2 * TQ_NARROW_PAIRS && g_narrow->um32 && g_narrow->pk);
+  tq_book *books[3] = {g_wide, g_win32, g_narrow};
+  for (int i = 0; i < 3; i++) {
+    g_book = books[i];
+    tq1_gemm_book();
+  }
   g_book = g_wide;
 }
 

@@ -28,10 +28,11 @@ static const char *k_help =
     "  --cap X             an expert's calibration inputs are capped at X times the mean (default 4)\n"
     "  --dead-zone X       ternary: |w| <= X * s rounds to 0 (default 0.5, to nearest); larger is\n"
     "                      sparser: fewer bits per weight, more error (GPTQ and --rtn alike)\n"
-    "  --code-weights N|auto  ternary: the most weights one code covers (even, 2..64). 32 decodes\n"
-    "                      about 1.4x faster (one 256-bit window a code), 64 codes very sparse rows\n"
-    "                      in fewer bits; auto (default): 32 unless 64 saves over 3% of the codes\n"
-    "                      (on the dictionary's first selection)\n"
+    "  --code-weights N|auto  ternary: the most weights one code covers (even, 2..64). 30 or fewer\n"
+    "                      decodes about 1.8x faster than 64 (one 256-bit window and one table\n"
+    "                      entry a code; 32: 1.45x), 64 codes very sparse rows in fewer bits; auto\n"
+    "                      (default): 30 unless 64 saves over 3% of the codes (on the dictionary's\n"
+    "                      first selection)\n"
     "  -t N                threads (default: all cores)\n";
 
 int cmd_compress(int argc, char **argv) {

@@ -28,6 +28,7 @@ void tq_book_free(tq_book *b) {
   mole_aligned_free(b->ent);
   mole_aligned_free(b->um);
   mole_aligned_free(b->um32);
+  mole_aligned_free(b->pk);
   mole_free(b->len);
   mole_free(b->child);
   mole_free(b);
@@ -96,13 +97,25 @@ mole_status tq_book_new(const uint8_t *compact, int64_t n, tq_book **out) {
       return mole_errorf(MOLE_ERR_FORMAT, "tq dictionary: no entry for the one-pair run of symbol %d (t0 %d, t1 %d)", s,
                          s / 3 - 1, s % 3 - 1);
     }
-  if (b->max_len <= 2 * TQ_NARROW_PAIRS) {
+  if (b->max_len <= TQ_WINDOW_WEIGHTS) {
     b->um32 = mole_aligned_alloc(64, (size_t)n * sizeof(uint64_t));
     if (!b->um32) {
       tq_book_free(b);
       return mole_errorf(MOLE_ERR_NOMEM, "tq dictionary: out of memory for %lld entries", (long long)n);
     }
     for (int64_t i = 0; i < n; i++) b->um32[i] = b->um[2 * i] | b->um[2 * i + 1] << 32;
+  }
+  if (b->max_len <= 2 * TQ_NARROW_PAIRS) {
+    b->pk = mole_aligned_alloc(64, (size_t)n * sizeof(uint64_t));
+    if (!b->pk) {
+      tq_book_free(b);
+      return mole_errorf(MOLE_ERR_NOMEM, "tq dictionary: out of memory for %lld entries", (long long)n);
+    }
+    for (int64_t i = 0; i < n; i++) {
+      uint64_t v = (uint64_t)(b->len[i] / 2) << 60;
+      for (int j = 0; j < b->len[i]; j++) v |= ((b->um[2 * i] >> j & 1) | (b->um[2 * i + 1] >> j & 1) << 1) << 2 * j;
+      b->pk[i] = v;
+    }
   }
   *out = b;
   return MOLE_OK;

@@ -35,10 +35,14 @@
 
 // TQ_K_MAX: the longest row the kernels take (their int32 sums stay exact).
 enum { TQ_PAIRS_MAX = 32, TQ_BOOK_MAX = 65536, TQ_SYMBOLS = 9, TQ_ZERO_PAIR = 4, TQ_K_MAX = 1 << 17 };
-// TQ_NARROW_PAIRS: the longest run mole compress puts in a dictionary. A book
-// whose runs all fit it ("narrow": at most 32 weights a code) decodes each code
-// into one 256-bit window, about 1.45x as fast as a 512-bit one on Zen 4.
-enum { TQ_NARROW_PAIRS = 16 };
+// TQ_WINDOW_WEIGHTS: a book whose runs all fit one 256-bit window ("narrow": at
+// most 32 weights a code) decodes each code into one 256-bit window, about
+// 1.45x as fast as a 512-bit one on Zen 4 (quant_bench tq).
+// TQ_NARROW_PAIRS: the longest run mole compress puts in a dictionary (30
+// weights). A book whose runs fit it also gets the packed table `pk`: one
+// 64-bit load per code gives both its u bytes and its length, and the
+// one-token AVX-512 kernel (with VBMI) takes about 1.3x fewer cycles a code.
+enum { TQ_WINDOW_WEIGHTS = 32, TQ_NARROW_PAIRS = 15 };
 
 // One decode-table entry: bit j of plus (minus) set when weight j of the run
 // is +1 (-1); len: weights the run covers (2 .. 2*TQ_PAIRS_MAX, even).
@@ -56,7 +60,9 @@ typedef struct tq_book {
   uint64_t *um;       // [n][2] 64-byte aligned, for the SIMD kernels: bit j of um[2i] set when weight j of
                       // entry i's run is 0 (j < len), of um[2i+1] when it is +1
   int max_len;        // weights in the longest run
-  uint64_t *um32;     // narrow books (max_len <= 2 * TQ_NARROW_PAIRS) only, else NULL: [n] um[2i] | um[2i+1] << 32
+  uint64_t *um32;     // narrow books (max_len <= TQ_WINDOW_WEIGHTS) only, else NULL: [n] um[2i] | um[2i+1] << 32
+  uint64_t *pk;       // books with max_len <= 2 * TQ_NARROW_PAIRS only, else NULL: [n] u_j (1 where weight j
+                      // of the run is 0, 2 where +1, else 0) in bits 2j..2j+1, j < 30; len / 2 in bits 60..63
 } tq_book;
 
 // Expands a compact dictionary (3*n bytes, see above). Errors (a parent that

@@ -15,10 +15,14 @@
 // One token: per code two mask moves and two unaligned windows into dpbusd,
 // four codes a step (their positions are prefix sums of the lengths, off the
 // critical path) while the step surely stays in the row, then one code at a
-// time to the row's end. A narrow book (runs of at most 32 weights, as mole
-// compress makes them) takes 256-bit windows: one 64-bit load gives both
-// masks, and a 256-bit window crosses a cache line half as often; on Zen 4
-// that is 5.2 cycles a code where 512-bit windows take 7.5 (quant_bench tq). Several tokens: a block of 16 rows is first
+// time to the row's end. A narrow book (runs of at most 32 weights) takes
+// 256-bit windows: one 64-bit load gives both masks, and a 256-bit window
+// crosses a cache line half as often; on Zen 4 that is 5.2 cycles a code where
+// 512-bit windows take 7.5 (quant_bench tq). A book of runs of at most 30
+// weights (as mole compress makes them) has the packed table: one 64-bit
+// entry gives the code's u (vpmultishiftqb, VBMI) and its length, so the
+// length table is not read, and the next step's codes are read a step ahead:
+// 4.1-4.4 cycles a code. Several tokens: a block of 16 rows is first
 // unpacked into dense u rows (a 64-byte store per code at its position; later
 // codes overwrite the zeros past the earlier ones' ends), then every token
 // takes aligned dot products with them, k in chunks whose planes stay in L1:
@@ -37,6 +41,10 @@ static inline int64_t reduce64(__m512i v) {
 }
 
 // ---- TQ1 ---------------------------------------------------------------------------------
+
+// Whether this CPU has AVX-512 VBMI (tq1_row_1p's vpmultishiftqb): Zen 4 and
+// Ice Lake on do; Cooper Lake, which has the rest of this file's set, does not.
+static bool tq1_vbmi(void) { return __builtin_cpu_supports("avx512vbmi"); }
 
 enum { TQ1_BLOCK = 16, TQ1_TOK = 4, TQ1_L1_PLANES = 8192 };
 
@@ -163,6 +171,74 @@ static int64_t tq1_row_1n(const tq_book *b, const uint8_t *codes, uint64_t *cp, 
     h0 = _mm256_dpbusd_epi32(h0, u, _mm256_loadu_si256((const __m256i *)(H + p)));
     l0 = _mm256_dpbusd_epi32(l0, u, _mm256_loadu_si256((const __m256i *)(L + p)));
     p += len[code];
+  }
+  *cp = c;
+  const __m256i h = _mm256_add_epi32(_mm256_add_epi32(h0, h1), _mm256_add_epi32(h2, h3));
+  const __m256i l = _mm256_add_epi32(_mm256_add_epi32(l0, l1), _mm256_add_epi32(l2, l3));
+  return tq1_sum(_mm512_zextsi256_si512(h), _mm512_zextsi256_si512(l));
+}
+
+// u of a packed entry (a book's pk, runs of at most 30 weights): vpmultishiftqb
+// puts bits 2j..2j+7 of the entry in byte j, the mask keeps u_j and clears
+// bytes 30 and 31 (where the length sits).
+__attribute__((target("avx512vbmi"))) static inline __m256i tq1_upk(uint64_t e, __m256i ctl, __m256i keep) {
+  return _mm256_and_si256(_mm256_multishift_epi64_epi8(ctl, _mm256_set1_epi64x((long long)e)), keep);
+}
+
+static inline int64_t tq1_pk_len(uint64_t e) { return 2 * (int64_t)(e >> 60); }
+
+// tq1_row_1n for a book with the packed table: one load per code gives its u
+// and its length (no length table to miss in L1), and the next four codes
+// are read a step ahead, so the entries' loads start early. A step takes four
+// codes while the fourth surely starts in the row (p + 90 < k).
+__attribute__((target("avx512vbmi"))) static int64_t tq1_row_1p(const tq_book *b, const uint8_t *codes,
+                                                                uint64_t *cp, uint64_t n_codes, const int8_t *H,
+                                                                const int8_t *L, int64_t k) {
+  const uint64_t *pk = b->pk;
+  const __m256i ctl = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40,
+                                       42, 44, 46, 48, 50, 52, 54, 56, 58, 60, 62);
+  const __m256i keep = _mm256_setr_epi8(3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3,
+                                        3, 3, 3, 3, 0, 0);
+  __m256i h0 = _mm256_setzero_si256(), h1 = h0, l0 = h0, l1 = h0, h2 = h0, h3 = h0, l2 = h0, l3 = h0;
+  uint64_t c = *cp;
+  int64_t p = 0;
+  if (c + 8 <= n_codes) {
+    uint64_t q = tq1_codes4(codes, c);
+    while (c + 8 <= n_codes) {
+      const uint64_t e0 = pk[q & 0xffff], e1 = pk[q >> 16 & 0xffff], e2 = pk[q >> 32 & 0xffff], e3 = pk[q >> 48];
+      const int64_t p1 = p + tq1_pk_len(e0), p2 = p1 + tq1_pk_len(e1), p3 = p2 + tq1_pk_len(e2);
+      if (p3 >= k) {  // code 3 starts the next row: the ones before it that start in this one end it
+        const uint64_t e[3] = {e0, e1, e2};
+        const int64_t at[3] = {p, p1, p2};
+        for (int j = 0; j < 3 && at[j] < k; j++, c++) {
+          const __m256i u = tq1_upk(e[j], ctl, keep);
+          h0 = _mm256_dpbusd_epi32(h0, u, _mm256_loadu_si256((const __m256i *)(H + at[j])));
+          l0 = _mm256_dpbusd_epi32(l0, u, _mm256_loadu_si256((const __m256i *)(L + at[j])));
+        }
+        p = k;
+        break;
+      }
+      c += 4;
+      q = tq1_codes4(codes, c);  // the next step's codes (c + 4 <= n_codes)
+      const __m256i u0 = tq1_upk(e0, ctl, keep), u1 = tq1_upk(e1, ctl, keep);
+      const __m256i u2 = tq1_upk(e2, ctl, keep), u3 = tq1_upk(e3, ctl, keep);
+      h0 = _mm256_dpbusd_epi32(h0, u0, _mm256_loadu_si256((const __m256i *)(H + p)));
+      l0 = _mm256_dpbusd_epi32(l0, u0, _mm256_loadu_si256((const __m256i *)(L + p)));
+      h1 = _mm256_dpbusd_epi32(h1, u1, _mm256_loadu_si256((const __m256i *)(H + p1)));
+      l1 = _mm256_dpbusd_epi32(l1, u1, _mm256_loadu_si256((const __m256i *)(L + p1)));
+      h2 = _mm256_dpbusd_epi32(h2, u2, _mm256_loadu_si256((const __m256i *)(H + p2)));
+      l2 = _mm256_dpbusd_epi32(l2, u2, _mm256_loadu_si256((const __m256i *)(L + p2)));
+      h3 = _mm256_dpbusd_epi32(h3, u3, _mm256_loadu_si256((const __m256i *)(H + p3)));
+      l3 = _mm256_dpbusd_epi32(l3, u3, _mm256_loadu_si256((const __m256i *)(L + p3)));
+      p = p3 + tq1_pk_len(e3);
+    }
+  }
+  for (; p < k; c++) {
+    const uint64_t e = pk[rd_u16(codes + 2 * c)];
+    const __m256i u = tq1_upk(e, ctl, keep);
+    h0 = _mm256_dpbusd_epi32(h0, u, _mm256_loadu_si256((const __m256i *)(H + p)));
+    l0 = _mm256_dpbusd_epi32(l0, u, _mm256_loadu_si256((const __m256i *)(L + p)));
+    p += tq1_pk_len(e);
   }
   *cp = c;
   const __m256i h = _mm256_add_epi32(_mm256_add_epi32(h0, h1), _mm256_add_epi32(h2, h3));
@@ -308,9 +384,11 @@ void quant_tq1_gemm_avx512(const tq_book *b, const void *W, int64_t n_rows, cons
   const uint8_t *scales = w + 4 * (G + 1);
   uint64_t c = tq1_row_start(b, w, n_rows, k, i0);
   if (n_tok == 1) {
+    const bool packed = b->pk && tq1_vbmi();
     for (int64_t i = i0; i < i1; i++) {
-      const int64_t S = b->um32 ? tq1_row_1n(b, codes, &c, n_codes, P, P + lp, k)
-                                : tq1_row_1(b, codes, &c, n_codes, P, P + lp, k);
+      const int64_t S = packed    ? tq1_row_1p(b, codes, &c, n_codes, P, P + lp, k)
+                        : b->um32 ? tq1_row_1n(b, codes, &c, n_codes, P, P + lp, k)
+                                  : tq1_row_1(b, codes, &c, n_codes, P, P + lp, k);
       Y[i] = tq_out(quant_f16_to_f32(rd_u16(scales + 2 * i)), dx[0], S - sumx[0]);
     }
     return;
