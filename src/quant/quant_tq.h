@@ -41,7 +41,7 @@ enum { TQ_PAIRS_MAX = 32, TQ_BOOK_MAX = 65536, TQ_SYMBOLS = 9, TQ_ZERO_PAIR = 4,
 // TQ_NARROW_PAIRS: the longest run mole compress puts in a dictionary (30
 // weights). A book whose runs fit it also gets the packed table `pk`: one
 // 64-bit load per code gives both its u bytes and its length, and the
-// one-token AVX-512 kernel (with VBMI) takes about 1.3x fewer cycles a code.
+// one-token AVX-512 kernel (with VBMI) takes about 1.2x fewer cycles a code.
 enum { TQ_WINDOW_WEIGHTS = 32, TQ_NARROW_PAIRS = 15 };
 
 // One decode-table entry: bit j of plus (minus) set when weight j of the run

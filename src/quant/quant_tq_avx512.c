@@ -190,7 +190,9 @@ static inline int64_t tq1_pk_len(uint64_t e) { return 2 * (int64_t)(e >> 60); }
 // tq1_row_1n for a book with the packed table: one load per code gives its u
 // and its length (no length table to miss in L1), and the next four codes
 // are read a step ahead, so the entries' loads start early. A step takes four
-// codes while the fourth surely starts in the row (p + 90 < k).
+// codes while the fourth starts in the row; the step where it does not takes
+// the ones before it in place, so a row ends without a code-by-code tail
+// (that tail is left for the matrix's last codes).
 __attribute__((target("avx512vbmi"))) static int64_t tq1_row_1p(const tq_book *b, const uint8_t *codes,
                                                                 uint64_t *cp, uint64_t n_codes, const int8_t *H,
                                                                 const int8_t *L, int64_t k) {
