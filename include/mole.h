@@ -449,7 +449,8 @@ bool mole_token_is_eog(const mole_vocab *v, int32_t id);
 enum {
   MOLE_DETOK_REMOVE_SPECIAL = 1u << 0,  // drop a leading BOS and a trailing EOS the vocabulary adds
   MOLE_DETOK_RENDER_SPECIAL = 1u << 1,  // control tokens as their text (else nothing)
-  MOLE_DETOK_STRIP_SPACE = 1u << 2,     // drop the first token's leading space (SPM's space prefix)
+  MOLE_DETOK_STRIP_SPACE = 1u << 2,     // drop the first token's leading space (SPM's space
+                                        // prefix) unless a BOS was removed: llama.cpp's rule
   MOLE_DETOK_CLEAN_SPACES = 1u << 3,    // the vocabulary's clean-up (" ." -> ".") when it asks for one
 };
 // The text of ids[0..n): *text gets *len bytes and a NUL (free with
@@ -670,19 +671,19 @@ mole_status mole_compress(const char *in, const char *out, const mole_compress_p
 // with StreamingLLM's and H2O's choices.
 typedef struct mole_train_retain_params {
   const char *data;   // training text (required)
-  int64_t tokens;     // tokens of it, training and held out together (65536)
-  int64_t seq_len;    // tokens per sequence, BOS first (512; at most the model's train context)
-  double heldout;     // the last fraction of the sequences held out (0.1)
-  int64_t window;     // a key's label looks at the next window queries (64)
-  int64_t hidden;     // the MLP's hidden width (64)
-  float smooth;       // weight of the smoothness term (0.01)
-  float lr;           // AdamW peak learning rate: warm-up, then cosine decay (0.002)
-  float wd;           // AdamW weight decay on the weights (0.01)
-  int64_t batch;      // tokens per minibatch (256)
-  int64_t epochs;     // passes over the training sequences (20; 0 = evaluate untrained heads)
-  uint64_t seed;      // minibatch order, initial weights (1)
-  double max_mem;     // bytes features, labels and buffers may take (8 GiB)
-  int n_threads;      // 0 = all cores
+  int64_t tokens;     // tokens of it to use, training and held out together (default 65536)
+  int64_t seq_len;    // tokens per sequence, BOS first (default 512; capped at the model's train context)
+  double heldout;     // the last fraction of the sequences held out (default 0.1)
+  int64_t window;     // W: the queries after a key its label looks at (default 64)
+  int64_t hidden;     // the MLP's hidden width (default 64)
+  float smooth;       // weight of the smoothness term (default 0.01)
+  float lr;           // AdamW peak learning rate (default 2e-3): linear warm-up, then cosine decay to 0
+  float wd;           // AdamW decoupled weight decay on the weights, not on biases (default 0.01)
+  int64_t batch;      // tokens per minibatch (default 256)
+  int64_t epochs;     // passes over the training sequences (default 20); 0 = evaluate the initial heads only
+  uint64_t seed;      // minibatch order, initial weights, the random policy (default 1)
+  double max_mem;     // bytes the features, labels and buffers may take (default 8 GiB)
+  int n_threads;      // 0 = all cores; layers train in parallel, one per thread
 } mole_train_retain_params;
 mole_train_retain_params mole_train_retain_default_params(void);
 

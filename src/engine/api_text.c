@@ -10,7 +10,6 @@
 #include "tokenizer/tokenizer.h"
 
 _Static_assert(MOLE_TOKENIZE_MAX_TEXT == TOK_MAX_TEXT, "mole.h's text limit is the tokenizer's");
-_Static_assert(MOLE_SEED_RANDOM == SAMPLER_SEED_RANDOM, "mole.h's random seed is the sampler's");
 
 // ---- vocabulary -------------------------------------------------------------
 
@@ -156,23 +155,15 @@ struct mole_sampler {
   int64_t n_vocab;
 };
 
-mole_sampler_params mole_sampler_default_params(void) {
-  const sampler_params d = sampler_params_default();
-  return (mole_sampler_params){d.temperature,    d.top_k,         d.top_p,
-                               d.min_p,          d.repeat_penalty, d.repeat_last_n,
-                               d.presence_penalty, d.frequency_penalty, d.seed};
-}
+mole_sampler_params mole_sampler_default_params(void) { return sampler_params_default(); }
 
 mole_status mole_sampler_new(const mole_sampler_params *p, int64_t n_vocab, mole_sampler **out) {
   if (!out) return mole_errorf(MOLE_ERR_ARG, "mole_sampler_new: out is NULL");
   *out = NULL;
   if (!p) return mole_errorf(MOLE_ERR_ARG, "mole_sampler_new: the parameters are NULL");
-  const sampler_params sp = {p->temperature,    p->top_k,         p->top_p,
-                             p->min_p,          p->repeat_penalty, p->repeat_last_n,
-                             p->presence_penalty, p->frequency_penalty, p->seed};
   mole_sampler *s = mole_calloc(1, sizeof *s);
   if (!s) return mole_errorf(MOLE_ERR_NOMEM, "sampler: out of memory");
-  mole_status st = sampler_init(&sp, n_vocab, &s->s);
+  mole_status st = sampler_init(p, n_vocab, &s->s);
   if (st) {
     mole_free(s);
     return st;

@@ -74,23 +74,11 @@ mole_status mole_cachesim(const char *trace, const mole_cachesim_params *p, mole
 
 // ---- synth, pack ------------------------------------------------------------------
 
-mole_synth_params mole_synth_default_params(void) {
-  const synth_params d = synth_default_params();
-  return (mole_synth_params){.arch = d.arch,           .n_embd = d.n_embd,       .n_layer = d.n_layer,
-                             .n_head = d.n_head,       .n_head_kv = d.n_head_kv, .n_expert = d.n_expert,
-                             .n_expert_used = d.n_expert_used, .n_ff = d.n_ff,   .n_ff_shexp = d.n_ff_shexp,
-                             .n_vocab = d.n_vocab,     .n_ctx = d.n_ctx,         .type = (int)d.type,
-                             .seed = d.seed,           .vocab_from = d.vocab_from, .n_threads = d.n_threads};
-}
+mole_synth_params mole_synth_default_params(void) { return synth_default_params(); }
 
 mole_status mole_synth(const mole_synth_params *p, const char *path, uint64_t *bytes) {
   if (!p || !path) return mole_errorf(MOLE_ERR_ARG, "mole_synth: %s is NULL", p ? "the output path" : "the parameters");
-  const synth_params sp = {.arch = p->arch,           .n_embd = p->n_embd,       .n_layer = p->n_layer,
-                           .n_head = p->n_head,       .n_head_kv = p->n_head_kv, .n_expert = p->n_expert,
-                           .n_expert_used = p->n_expert_used, .n_ff = p->n_ff,   .n_ff_shexp = p->n_ff_shexp,
-                           .n_vocab = p->n_vocab,     .n_ctx = p->n_ctx,         .type = (quant_type)p->type,
-                           .seed = p->seed,           .vocab_from = p->vocab_from, .n_threads = p->n_threads};
-  return synth_write(&sp, path, bytes);
+  return synth_write(p, path, bytes);
 }
 
 mole_pack_params mole_pack_default_params(void) { return (mole_pack_params){.high = -1, .low = -1}; }
@@ -168,14 +156,7 @@ struct mole_retain_report {
   train_retain_params p;  // what it was trained with (the report prints them)
 };
 
-mole_train_retain_params mole_train_retain_default_params(void) {
-  const train_retain_params d = train_retain_default_params();
-  return (mole_train_retain_params){.data = d.data,       .tokens = d.tokens, .seq_len = d.seq_len,
-                                    .heldout = d.heldout, .window = d.window, .hidden = d.hidden,
-                                    .smooth = d.smooth,   .lr = d.lr,         .wd = d.wd,
-                                    .batch = d.batch,     .epochs = d.epochs, .seed = d.seed,
-                                    .max_mem = d.max_mem, .n_threads = d.n_threads};
-}
+mole_train_retain_params mole_train_retain_default_params(void) { return train_retain_default_params(); }
 
 mole_status mole_train_retain(const char *model, const char *out, const mole_train_retain_params *p, FILE *log,
                               mole_retain_report **report) {
@@ -183,11 +164,7 @@ mole_status mole_train_retain(const char *model, const char *out, const mole_tra
   if (!model || !out || !p) return mole_errorf(MOLE_ERR_ARG, "mole_train_retain: a NULL argument");
   mole_retain_report *h = mole_calloc(1, sizeof *h);
   if (!h) return mole_errorf(MOLE_ERR_NOMEM, "train-retain: out of memory");
-  h->p = (train_retain_params){.data = p->data,       .tokens = p->tokens, .seq_len = p->seq_len,
-                               .heldout = p->heldout, .window = p->window, .hidden = p->hidden,
-                               .smooth = p->smooth,   .lr = p->lr,         .wd = p->wd,
-                               .batch = p->batch,     .epochs = p->epochs, .seed = p->seed,
-                               .max_mem = p->max_mem, .n_threads = p->n_threads};
+  h->p = *p;
   mole_status st = train_retain_run(model, out, &h->p, log, &h->r);
   if (st || !report) {
     mole_retain_report_free(h);
