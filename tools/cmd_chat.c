@@ -13,11 +13,14 @@
 #include "mole.h"
 #include "sampling_flags.h"
 
-static const char *k_help =
+// the help around the list of templates (not a format: the model flags' text holds a '%')
+static const char *k_help_head =
     "usage: mole chat -m FILE [options]\n"
     "Interactive chat with the model's chat template (tokenizer.chat_template).\n"
     "Type a message and Enter; Ctrl-C stops an answer; /exit, Ctrl-D or Ctrl-C at the prompt quits.\n" CLI_MODEL_HELP
-    "      --template NAME      chat template, overriding the file's (%s)\n"
+    "      --template NAME      chat template, overriding the file's (";
+static const char *k_help_tail =
+    ")\n"
     "  -s, --system TEXT        system prompt\n"
     "  -n, --n-predict N        longest answer in tokens (default: 512)\n" CLI_SAMPLING_HELP;
 
@@ -65,7 +68,9 @@ int cmd_chat(int argc, char **argv) {
     if (r) continue;
     const char *a = argv[i], *v;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      printf(k_help, mole_chat_template_list());
+      fputs(k_help_head, stdout);
+      fputs(mole_chat_template_list(), stdout);
+      fputs(k_help_tail, stdout);
       return 0;
     } else if (!strcmp(a, "--template")) {
       if (!(tmpl_name = cli_value(argc, argv, &i))) return 2;
