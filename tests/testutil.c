@@ -67,3 +67,48 @@ int tu_emulated(void) {
   const char *e = getenv("MOLE_TEST_EMULATED");
   return e && *e == '1';
 }
+
+// The .inp buffer stays alive behind vector 0 (text points into it).
+int tu_vectors_read(const char *inp_rel, const char *out_rel, tu_vector **out) {
+  size_t inp_n = 0, out_n = 0;
+  char *inp = tu_read_file(tu_path(inp_rel), &inp_n);
+  char *outp = tu_read_file(tu_path(out_rel), &out_n);
+  if (!inp || !outp) fail_msg("cannot read %s or %s", inp_rel, out_rel);
+  static const char sep[] = "\n__ggml_vocab_test__\n";
+  const char *s = inp, *end = inp + inp_n, *line = outp, *out_end = outp + out_n;
+  int n = 0, cap = 64;
+  tu_vector *v = malloc((size_t)cap * sizeof *v);
+  while (v && s < end) {
+    const char *e = memmem(s, (size_t)(end - s), sep, sizeof sep - 1);
+    if (!e) e = end;
+    const char *le = memchr(line, '\n', (size_t)(out_end - line));
+    if (!le) le = out_end;
+    if (n == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
+    if (!v) break;
+    tu_vector *t = &v[n++];
+    *t = (tu_vector){s, (size_t)(e - s), malloc((size_t)(le - line) * sizeof(int32_t) + sizeof(int32_t)), 0};
+    for (const char *p = line; p < le && t->ids;) {
+      char *q;
+      const long x = strtol(p, &q, 10);
+      if (q == p) {
+        p++;
+        continue;
+      }
+      t->ids[t->n++] = (int32_t)x;
+      p = q;
+    }
+    s = e + sizeof sep - 1;
+    line = le < out_end ? le + 1 : out_end;
+  }
+  free(outp);
+  if (!v || n == 0) fail_msg("%s: no vectors", inp_rel);
+  *out = v;
+  return n;
+}
+
+void tu_vectors_free(tu_vector *v, int n) {
+  if (!v) return;
+  for (int i = 0; i < n; i++) free(v[i].ids);
+  free((void *)v[0].text);  // the .inp buffer
+  free(v);
+}

@@ -24,6 +24,19 @@ int tu_asan(void);
 // 1 under an emulator (the aarch64 tests under qemu: MOLE_TEST_EMULATED=1): slower, smaller inputs
 int tu_emulated(void);
 
+// llama.cpp's tokenizer vectors (test-tokenizer-0's format): texts split by
+// "\n__ggml_vocab_test__\n" in $MOLE_SOURCE_DIR/inp_rel, the ids of each on
+// one line of out_rel. Returns how many (*out malloc'd; free with
+// tu_vectors_free); fails the test when a file cannot be read.
+typedef struct tu_vector {
+  const char *text;  // into the .inp buffer (not NUL-terminated)
+  size_t len;
+  int32_t *ids;
+  int64_t n;
+} tu_vector;
+int tu_vectors_read(const char *inp_rel, const char *out_rel, tu_vector **out);
+void tu_vectors_free(tu_vector *v, int n);
+
 // The trained evaluation model committed in eval-model/ (scripts/train, make eval-model).
 #define EVAL_MODEL_FILE "mole-eval-moe-q8_0.gguf"
 

@@ -4,9 +4,9 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "base/base.h"
 #include "cli.h"
 #include "common.h"
+#include "mole.h"
 
 static const char *k_help =
     "usage: mole bench -m FILE [-p N] [-n N] [-t N] [-r N] [--json]\n"
@@ -42,7 +42,7 @@ static int bench_seqs(mole_model *m, const cli_model_opts *mo, int64_t B, int64_
   mole_batch_item *it = malloc((size_t)B * sizeof *it);
   mole_batcher *b = NULL;
   mole_status st = ss && tk && lg && it ? MOLE_OK : MOLE_ERR_NOMEM;
-  if (!st) st = mole_batcher_new(m, MOLE_MAX(B, np + 1), sp.n_ctx, &b);
+  if (!st) st = mole_batcher_new(m, CLI_MAX(B, np + 1), sp.n_ctx, &b);
   for (int64_t i = 0; i < B && !st; i++) st = mole_session_new(m, &sp, &ss[i]);
   fill_tokens(tk, B * (np + ng + 2), V);
   enum { MAXR = 64 };

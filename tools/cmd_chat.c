@@ -8,19 +8,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/base.h"
 #include "cli.h"
 #include "common.h"
-#include "gguf/gguf.h"
+#include "mole.h"
 #include "sampling_flags.h"
-#include "tokenizer/chat.h"
-#include "tokenizer/tokenizer.h"
 
-static const char *k_help =
+// the help around the list of templates (not a format: the model flags' text holds a '%')
+static const char *k_help_head =
     "usage: mole chat -m FILE [options]\n"
     "Interactive chat with the model's chat template (tokenizer.chat_template).\n"
     "Type a message and Enter; Ctrl-C stops an answer; /exit, Ctrl-D or Ctrl-C at the prompt quits.\n" CLI_MODEL_HELP
-    "      --template NAME      chat template, overriding the file's (%s)\n"
+    "      --template NAME      chat template, overriding the file's (";
+static const char *k_help_tail =
+    ")\n"
     "  -s, --system TEXT        system prompt\n"
     "  -n, --n-predict N        longest answer in tokens (default: 512)\n" CLI_SAMPLING_HELP;
 
@@ -31,7 +31,7 @@ static void on_sigint(int sig) {
 }
 
 typedef struct {
-  chat_msg *msgs;
+  mole_chat_msg *msgs;
   char **owned;  // contents we allocated
   int64_t n, cap;
 } conversation;
@@ -39,7 +39,7 @@ typedef struct {
 static int conv_add(conversation *c, const char *role, const char *content) {
   if (c->n == c->cap) {
     int64_t cap = c->cap ? c->cap * 2 : 16;
-    chat_msg *m = realloc(c->msgs, (size_t)cap * sizeof *m);
+    mole_chat_msg *m = realloc(c->msgs, (size_t)cap * sizeof *m);
     char **o = realloc(c->owned, (size_t)cap * sizeof *o);
     if (!m || !o) {
       free(m ? m : c->msgs);
@@ -52,13 +52,13 @@ static int conv_add(conversation *c, const char *role, const char *content) {
   char *dup = strdup(content);
   if (!dup) return -1;
   c->owned[c->n] = dup;
-  c->msgs[c->n++] = (chat_msg){role, dup};
+  c->msgs[c->n++] = (mole_chat_msg){role, dup};
   return 0;
 }
 
 int cmd_chat(int argc, char **argv) {
   cli_model_opts mo = {0};
-  sampler_params sp = sampler_params_default();
+  mole_sampler_params sp = mole_sampler_default_params();
   const char *tmpl_name = NULL, *system = NULL;
   int64_t n_predict = 512;
   for (int i = 1; i < argc; i++) {
@@ -68,7 +68,9 @@ int cmd_chat(int argc, char **argv) {
     if (r) continue;
     const char *a = argv[i], *v;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      printf(k_help, chat_template_list());
+      fputs(k_help_head, stdout);
+      fputs(mole_chat_template_list(), stdout);
+      fputs(k_help_tail, stdout);
       return 0;
     } else if (!strcmp(a, "--template")) {
       if (!(tmpl_name = cli_value(argc, argv, &i))) return 2;
@@ -81,44 +83,47 @@ int cmd_chat(int argc, char **argv) {
     }
   }
   if (!mo.model) return cli_usage_error("chat", "-m FILE is required");
-  chat_tmpl tmpl = CHAT_TMPL_UNKNOWN;
-  if (tmpl_name && (tmpl = chat_template_from_name(tmpl_name)) == CHAT_TMPL_UNKNOWN)
-    return cli_usage_error("chat", "--template: unknown template '%s' (known: %s)", tmpl_name, chat_template_list());
-  gguf_file *gf = NULL;
-  mole_status st = gguf_open(mo.model, &gf);
+  const char *tmpl = NULL;
+  if (tmpl_name && !(tmpl = mole_chat_template_from_name(tmpl_name)))
+    return cli_usage_error("chat", "--template: unknown template '%s' (known: %s)", tmpl_name, mole_chat_template_list());
+  // the template and the vocabulary from the file's metadata, before any weights are loaded
+  mole_gguf *gf = NULL;
+  mole_status st = mole_gguf_open(mo.model, &gf);
   if (st) return cli_error("chat", st);
-  if (tmpl == CHAT_TMPL_UNKNOWN) {
+  if (!tmpl) {
     const char *t = NULL;
-    if (gguf_get_str(gf, "tokenizer.chat_template", &t) != MOLE_OK) {
+    if (mole_gguf_get_str(gf, "tokenizer.chat_template", &t) != MOLE_OK) {
       fprintf(stderr, "mole chat: %s has no tokenizer.chat_template; choose one with --template NAME (%s)\n",
-              mo.model, chat_template_list());
-      gguf_close(gf);
+              mo.model, mole_chat_template_list());
+      mole_gguf_close(gf);
       return 2;
     }
-    if ((tmpl = chat_template_detect(t)) == CHAT_TMPL_UNKNOWN) {
+    if (!(tmpl = mole_chat_template_detect(t))) {
       fprintf(stderr, "mole chat: the chat template of %s is not one mole recognises; choose one with --template NAME (%s)\n",
-              mo.model, chat_template_list());
-      gguf_close(gf);
+              mo.model, mole_chat_template_list());
+      mole_gguf_close(gf);
       return 2;
     }
   }
   int rc = 1;
-  tok_vocab *voc = NULL;
+  mole_vocab *voc = NULL;
   mole_model *m = NULL;
   mole_session *s = NULL;
-  sampler *smp = NULL;
+  mole_sampler *smp = NULL;
   conversation conv = {0};
   int32_t *hist = NULL;  // tokens in the KV cache
   int64_t n_hist = 0, hist_cap = 0;
   float *lg = NULL;
   char *line = NULL, *answer = NULL;
   size_t line_cap = 0;
-  if ((st = tok_load(gf, &voc))) {
+  st = mole_gguf_vocab(gf, &voc);
+  mole_gguf_close(gf);  // the vocabulary keeps its own copy; the model maps the file again
+  if (st) {
     rc = cli_error("chat", st);
     goto done;
   }
   if (cli_open(&mo, &m, &s)) goto done;
-  if ((st = sampler_init(&sp, mole_model_n_vocab(m), &smp))) {
+  if ((st = mole_sampler_new(&sp, mole_model_n_vocab(m), &smp))) {
     rc = cli_error("chat", st);
     goto done;
   }
@@ -129,7 +134,7 @@ int cmd_chat(int argc, char **argv) {
   sa.sa_handler = on_sigint;  // no SA_RESTART: Ctrl-C at the prompt interrupts the read
   sigaction(SIGINT, &sa, NULL);
   fprintf(stderr, "mole chat: template %s. /exit or Ctrl-D to quit, Ctrl-C stops an answer.\n",
-          chat_template_name(tmpl));
+          tmpl);
   for (;;) {
     fputs("\n> ", stdout);
     fflush(stdout);
@@ -142,13 +147,13 @@ int cmd_chat(int argc, char **argv) {
     if (len == 0) continue;
     if (conv_add(&conv, "user", line)) goto done;
     char *text = NULL;
-    if ((st = chat_format(tmpl, conv.msgs, conv.n, true, &text))) {
+    if ((st = mole_chat_apply(tmpl, conv.msgs, conv.n, true, &text))) {
       rc = cli_error("chat", st);
       goto done;
     }
     int32_t *ids;
     int64_t n;
-    st = tok_encode(voc, text, strlen(text), true, true, &ids, &n);
+    st = mole_tokenize(voc, text, strlen(text), true, true, &ids, &n);
     mole_free(text);
     if (st) {
       rc = cli_error("chat", st);
@@ -183,10 +188,10 @@ int cmd_chat(int argc, char **argv) {
     if (!answer) goto done;
     char piece[256];
     for (int64_t g = 0; g < n_predict && !g_interrupted; g++) {
-      int32_t tok = sampler_sample(smp, lg);
-      if (tok_is_eog(voc, tok)) break;
-      sampler_accept(smp, tok);
-      int64_t pl = tok_piece(voc, tok, piece, sizeof piece, false);
+      int32_t tok = mole_sampler_sample(smp, lg);
+      if (mole_token_is_eog(voc, tok)) break;
+      mole_sampler_accept(smp, tok);
+      int64_t pl = mole_token_piece(voc, tok, piece, sizeof piece, false);
       if (pl > (int64_t)sizeof piece) pl = sizeof piece;
       if (pl > 0) {
         fwrite(piece, 1, (size_t)pl, stdout);
@@ -221,9 +226,8 @@ done:
   free(lg);
   free(line);
   free(answer);
-  sampler_free(smp);
-  tok_free(voc);
-  gguf_close(gf);
+  mole_sampler_free(smp);
+  mole_vocab_free(voc);
   mole_session_free(s);
   mole_model_free(m);
   return rc;

@@ -2,11 +2,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "base/base.h"
 #include "cli.h"
 #include "common.h"
-#include "engine/compress.h"
-#include "quant/quant_tq.h"
+#include "mole.h"
 
 static const char *k_help =
     "usage: mole compress IN.gguf -o OUT.gguf --calib TEXT [options]\n"
@@ -38,7 +36,7 @@ static const char *k_help =
 int cmd_compress(int argc, char **argv) {
   const char *in = NULL, *out = NULL;
   bool code_weights = false;  // --code-weights given (ternary only)
-  compress_params p = compress_default_params();
+  mole_compress_params p = mole_compress_default_params();
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
     int64_t x;
@@ -56,8 +54,8 @@ int cmd_compress(int argc, char **argv) {
       if (!(v = cli_value(argc, argv, &i)) || cli_parse_i64(a, v, 2, 1 << 20, &p.seq_len)) return 2;
     } else if (!strcmp(a, "--bits")) {
       if (!(v = cli_value(argc, argv, &i))) return 2;
-      if (!strcmp(v, "ternary")) p.grid = GPTQ_TERNARY;
-      else if (!strcmp(v, "2")) p.grid = GPTQ_2BIT;
+      if (!strcmp(v, "ternary")) p.grid = MOLE_COMPRESS_TERNARY;
+      else if (!strcmp(v, "2")) p.grid = MOLE_COMPRESS_2BIT;
       else return cli_usage_error("compress", "--bits '%s': expected ternary or 2", v);
     } else if (!strcmp(a, "--damp")) {
       if (!(v = cli_value(argc, argv, &i)) || cli_parse_f64(a, v, 1e-6, 10, &d)) return 2;
@@ -73,12 +71,12 @@ int cmd_compress(int argc, char **argv) {
       if (!(v = cli_value(argc, argv, &i))) return 2;
       code_weights = true;
       if (!strcmp(v, "auto")) {
-        p.code_pairs = 0;
+        p.code_weights = 0;
       } else {
-        if (cli_parse_i64(a, v, 2, 2 * TQ_PAIRS_MAX, &x)) return 2;
+        if (cli_parse_i64(a, v, 2, MOLE_COMPRESS_CODE_WEIGHTS_MAX, &x)) return 2;
         if (x % 2)
           return cli_usage_error("compress", "--code-weights %lld: must be even (codes cover pairs)", (long long)x);
-        p.code_pairs = (int)(x / 2);
+        p.code_weights = (int)x;
       }
     } else if (!strcmp(a, "--act-order")) {
       p.act_order = true;
@@ -100,11 +98,9 @@ int cmd_compress(int argc, char **argv) {
   if (cli_output_clash("compress", "-o", out, "the input", in) || cli_output_clash("compress", "-o", out, "--calib", p.calib))
     return 2;
   if (!p.rtn && !p.calib) return cli_usage_error("compress", "--calib TEXT is required (or --rtn for round-to-nearest)");
-  if (code_weights && p.grid != GPTQ_TERNARY)
+  if (code_weights && p.grid != MOLE_COMPRESS_TERNARY)
     return cli_usage_error("compress", "--code-weights is for the ternary grid's dictionary code, not --bits 2");
-  compress_report r;
-  mole_status st = compress_model(in, out, &p, stderr, &r);
+  mole_status st = mole_compress(in, out, &p, stderr, stdout);
   if (st) return cli_error("compress", st);
-  compress_print_report(&r, &p, stdout);
   return 0;
 }

@@ -5,8 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "gguf/gguf.h"
-#include "quant/quant.h"
+#include "mole.h"
 
 enum {
   ARR_SHOWN = 8,     // array elements printed before "..."
@@ -51,80 +50,82 @@ static void print_str(const char *s, uint64_t n, uint64_t max) {
   if (n > max) printf("... (%" PRIu64 " bytes)", n);
 }
 
-static void print_elem(gguf_type t, const void *p) {
+static void print_elem(mole_gguf_type t, const void *p) {
   switch (t) {
-    case GGUF_T_UINT8: printf("%u", *(const uint8_t *)p); break;
-    case GGUF_T_INT8: printf("%d", *(const int8_t *)p); break;
-    case GGUF_T_BOOL: fputs(*(const uint8_t *)p ? "true" : "false", stdout); break;
-    case GGUF_T_UINT16: { uint16_t v; memcpy(&v, p, 2); printf("%u", v); break; }
-    case GGUF_T_INT16: { int16_t v; memcpy(&v, p, 2); printf("%d", v); break; }
-    case GGUF_T_UINT32: { uint32_t v; memcpy(&v, p, 4); printf("%u", v); break; }
-    case GGUF_T_INT32: { int32_t v; memcpy(&v, p, 4); printf("%d", v); break; }
-    case GGUF_T_UINT64: { uint64_t v; memcpy(&v, p, 8); printf("%" PRIu64, v); break; }
-    case GGUF_T_INT64: { int64_t v; memcpy(&v, p, 8); printf("%" PRId64, v); break; }
-    case GGUF_T_FLOAT32: { float v; memcpy(&v, p, 4); printf("%.9g", v); break; }
-    case GGUF_T_FLOAT64: { double v; memcpy(&v, p, 8); printf("%.17g", v); break; }
+    case MOLE_GGUF_UINT8: printf("%u", *(const uint8_t *)p); break;
+    case MOLE_GGUF_INT8: printf("%d", *(const int8_t *)p); break;
+    case MOLE_GGUF_BOOL: fputs(*(const uint8_t *)p ? "true" : "false", stdout); break;
+    case MOLE_GGUF_UINT16: { uint16_t v; memcpy(&v, p, 2); printf("%u", v); break; }
+    case MOLE_GGUF_INT16: { int16_t v; memcpy(&v, p, 2); printf("%d", v); break; }
+    case MOLE_GGUF_UINT32: { uint32_t v; memcpy(&v, p, 4); printf("%u", v); break; }
+    case MOLE_GGUF_INT32: { int32_t v; memcpy(&v, p, 4); printf("%d", v); break; }
+    case MOLE_GGUF_UINT64: { uint64_t v; memcpy(&v, p, 8); printf("%" PRIu64, v); break; }
+    case MOLE_GGUF_INT64: { int64_t v; memcpy(&v, p, 8); printf("%" PRId64, v); break; }
+    case MOLE_GGUF_FLOAT32: { float v; memcpy(&v, p, 4); printf("%.9g", v); break; }
+    case MOLE_GGUF_FLOAT64: { double v; memcpy(&v, p, 8); printf("%.17g", v); break; }
     default: fputs("?", stdout);
   }
 }
 
-static void print_kv(const gguf_file *f, int64_t i) {
-  gguf_type t = gguf_kv_type(f, i), et = gguf_kv_arr_type(f, i);
-  uint64_t n = gguf_kv_arr_n(f, i);
+static void print_kv(const mole_gguf *f, int64_t i, const mole_gguf_kv *kv) {
+  const mole_gguf_type t = kv->type, et = kv->elem_type;
+  const uint64_t n = kv->n;
   char tname[48];
-  if (t == GGUF_T_ARRAY)
-    snprintf(tname, sizeof tname, "[%s; %" PRIu64 "]", gguf_type_name(et), n);
+  if (t == MOLE_GGUF_ARRAY)
+    snprintf(tname, sizeof tname, "[%s; %" PRIu64 "]", mole_gguf_type_name(et), n);
   else
-    snprintf(tname, sizeof tname, "%s", gguf_type_name(t));
+    snprintf(tname, sizeof tname, "%s", mole_gguf_type_name(t));
   char key[4 * 128 + 8];
-  const char *k = gguf_kv_key(f, i);
-  escape(key, sizeof key, k, strlen(k), 128);
+  escape(key, sizeof key, kv->key, strlen(kv->key), 128);
   printf("  %-44s %-16s ", key, tname);
-  if (t != GGUF_T_ARRAY) {
-    if (t == GGUF_T_STRING) {
+  if (t != MOLE_GGUF_ARRAY) {
+    if (t == MOLE_GGUF_STRING) {
       uint64_t len;
-      const char *s = gguf_kv_str(f, i, 0, &len);
+      const char *s = mole_gguf_kv_str(f, i, 0, &len);
       print_str(s, len, STR_SHOWN);
     } else {
-      print_elem(t, gguf_kv_data(f, i));
+      print_elem(t, kv->data);
     }
     putchar('\n');
     return;
   }
   putchar('[');
-  const uint8_t *data = gguf_kv_data(f, i);
+  const uint8_t *data = kv->data;
   for (uint64_t j = 0; j < n && j < ARR_SHOWN; j++) {
     if (j) fputs(", ", stdout);
-    if (et == GGUF_T_STRING) {
+    if (et == MOLE_GGUF_STRING) {
       uint64_t len;
-      const char *s = gguf_kv_str(f, i, j, &len);
+      const char *s = mole_gguf_kv_str(f, i, j, &len);
       print_str(s, len, 40);
     } else {
-      print_elem(et, data + j * gguf_type_size(et));
+      print_elem(et, data + j * mole_gguf_type_size(et));
     }
   }
   if (n > ARR_SHOWN) printf(", ... %" PRIu64 " more", n - ARR_SHOWN);
   puts("]");
 }
 
-static void print_tensors(const gguf_file *f) {
-  int64_t nt = gguf_n_tensors(f);
+static mole_status print_tensors(const mole_gguf *f, int64_t nt) {
   uint64_t total = 0;
-  for (int64_t i = 0; i < nt; i++) total += gguf_tensor_at(f, i)->size;
+  mole_gguf_tensor t;
+  mole_status st = MOLE_OK;
+  for (int64_t i = 0; i < nt && !st; i++)
+    if (!(st = mole_gguf_tensor_at(f, i, &t))) total += t.bytes;
+  if (st) return st;
   printf("tensors: %" PRId64 " (%" PRIu64 " bytes of data)\n", nt, total);
-  if (nt == 0) return;
+  if (nt == 0) return MOLE_OK;
   printf("  %5s  %-40s %-8s %-24s %12s %12s\n", "#", "name", "type", "shape", "offset", "size");
   for (int64_t i = 0; i < nt; i++) {
-    const gguf_tensor *t = gguf_tensor_at(f, i);
+    if ((st = mole_gguf_tensor_at(f, i, &t))) return st;
     char shape[96];
     int k = 0;
-    for (uint32_t d = 0; d < t->n_dims && k < (int)sizeof shape; d++)
-      k += snprintf(shape + k, sizeof shape - (size_t)k, "%s%" PRId64, d ? " x " : "", t->ne[d]);
+    for (uint32_t d = 0; d < t.n_dims && k < (int)sizeof shape; d++)
+      k += snprintf(shape + k, sizeof shape - (size_t)k, "%s%" PRId64, d ? " x " : "", t.ne[d]);
     char name[4 * 128 + 8];
-    escape(name, sizeof name, t->name, strlen(t->name), 128);
-    printf("  %5" PRId64 "  %-40s %-8s %-24s %12" PRIu64 " %12zu\n", i, name, quant_type_name(t->type), shape,
-           t->offset, t->size);
+    escape(name, sizeof name, t.name, strlen(t.name), 128);
+    printf("  %5" PRId64 "  %-40s %-8s %-24s %12" PRIu64 " %12zu\n", i, name, t.type_name, shape, t.offset, t.bytes);
   }
+  return MOLE_OK;
 }
 
 int cmd_inspect(int argc, char **argv) {
@@ -148,20 +149,27 @@ int cmd_inspect(int argc, char **argv) {
     fputs(k_help, stderr);
     return 2;
   }
-  gguf_file *f;
-  mole_status st = gguf_open(path, &f);
+  mole_gguf *f = NULL;
+  mole_status st = mole_gguf_open(path, &f);
+  if (!st) {
+    mole_gguf_info gi;
+    mole_gguf_get_info(f, &gi);
+    printf("file: %s\n", path);
+    printf("version: %u\n", gi.version);
+    printf("size: %zu bytes\n", gi.size);
+    printf("alignment: %" PRIu64 "\n", gi.alignment);
+    printf("data offset: %" PRIu64 "\n", gi.data_offset);
+    printf("metadata: %" PRId64 " keys\n", gi.n_kv);
+    for (int64_t i = 0; i < gi.n_kv && !st; i++) {
+      mole_gguf_kv kv;
+      if (!(st = mole_gguf_kv_at(f, i, &kv))) print_kv(f, i, &kv);
+    }
+    if (!st) st = print_tensors(f, gi.n_tensors);
+  }
+  mole_gguf_close(f);
   if (st) {
     fprintf(stderr, "mole inspect: %s: %s\n", mole_status_str(st), mole_last_error());
     return 1;
   }
-  printf("file: %s\n", path);
-  printf("version: %u\n", gguf_version(f));
-  printf("size: %zu bytes\n", gguf_size(f));
-  printf("alignment: %" PRIu64 "\n", gguf_alignment(f));
-  printf("data offset: %" PRIu64 "\n", gguf_data_offset(f));
-  printf("metadata: %" PRId64 " keys\n", gguf_n_kv(f));
-  for (int64_t i = 0; i < gguf_n_kv(f); i++) print_kv(f, i);
-  print_tensors(f);
-  gguf_close(f);
   return fflush(stdout) == 0 ? 0 : 1;
 }

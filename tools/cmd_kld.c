@@ -10,7 +10,7 @@
 
 #include "cli.h"
 #include "common.h"
-#include "engine/sampler.h"
+#include "mole.h"
 
 static const char *k_help =
     "usage: mole kld -m FILE [model/offload flags] [--ref FILE] [-n N] [--seed S] [--json]\n"
@@ -87,7 +87,7 @@ int cmd_kld(int argc, char **argv) {
   int rc = 1;
   mole_model *mt = NULL, *mr = NULL;
   mole_session *st_ = NULL, *sr = NULL;
-  sampler *smp = NULL;
+  mole_sampler *smp = NULL;
   float *lt = NULL, *lr = NULL;
   double *pt = NULL, *pr = NULL, *kls = NULL;
   if (cli_open(&ro, &mr, &sr) || cli_open(&mo, &mt, &st_)) goto done;
@@ -98,14 +98,14 @@ int cmd_kld(int argc, char **argv) {
     rc = 2;
     goto done;
   }
-  sampler_params sp = sampler_params_default();
+  mole_sampler_params sp = mole_sampler_default_params();
   sp.temperature = (float)temp;
   sp.top_k = 0;
   sp.top_p = 1;
   sp.min_p = 0;
   sp.seed = (uint64_t)seed;
   mole_status s;
-  if ((s = sampler_init(&sp, V, &smp))) {
+  if ((s = mole_sampler_new(&sp, V, &smp))) {
     rc = cli_error("kld", s);
     goto done;
   }
@@ -130,7 +130,7 @@ int cmd_kld(int argc, char **argv) {
     kl_sum += kls[p];
     agree += argmax(lr, V) == argmax(lt, V);
     if (p + 1 == n_pos) break;
-    int32_t tok = sampler_sample(smp, lr);
+    int32_t tok = mole_sampler_sample(smp, lr);
     if ((s = mole_session_eval(sr, &tok, 1, lr, false)) || (s = mole_session_eval(st_, &tok, 1, lt, false))) {
       rc = cli_error("kld", s);
       goto done;
@@ -154,7 +154,7 @@ done:
   free(pt);
   free(pr);
   free(kls);
-  sampler_free(smp);
+  mole_sampler_free(smp);
   mole_session_free(st_);
   mole_session_free(sr);
   mole_model_free(mt);

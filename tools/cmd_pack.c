@@ -3,11 +3,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base/base.h"
 #include "cli.h"
 #include "common.h"
-#include "experts/pack.h"
-#include "quant/quant.h"
+#include "mole.h"
 
 static const char *k_help =
     "usage: mole pack IN.gguf -o OUT.gguf [--high TYPE] [--low TYPE|FILE]\n"
@@ -32,9 +30,8 @@ static int parse_type(const char *flag, const char *v, bool allow_keep, bool all
     *out = -1;
     return 0;
   }
-  int t = quant_type_from_name(v);
-  const quant_traits *tr = t >= 0 ? quant_traits_of((quant_type)t) : NULL;
-  if (!tr || !tr->from_float || !tr->vec_dot) {
+  int t = mole_type_from_name(v);
+  if (t < 0 || !mole_type_writable(t)) {
     fprintf(stderr, "mole pack: %s: '%s' is not a type mole can write and compute with (e.g. q8_0, q6_k, q4_k, q4_0%s)\n",
             flag, v, allow_keep ? ", keep" : ", none");
     return -1;
@@ -44,9 +41,8 @@ static int parse_type(const char *flag, const char *v, bool allow_keep, bool all
 }
 
 int cmd_pack(int argc, char **argv) {
-  quant_init();
-  const char *in = NULL, *out = NULL, *low_file = NULL;
-  experts_pack_params p = {.high = -1, .low = -1};
+  const char *in = NULL, *out = NULL;
+  mole_pack_params p = mole_pack_default_params();
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
     int64_t x;
@@ -57,10 +53,12 @@ int cmd_pack(int argc, char **argv) {
       if (!(out = cli_value(argc, argv, &i))) return 2;
     } else if (!strcmp(a, "--high")) {
       if (!(v = cli_value(argc, argv, &i)) || parse_type(a, v, true, false, &p.high)) return 2;
-    } else if (!strcmp(a, "--low")) {
+    } else if (!strcmp(a, "--low")) {  // the last --low decides
       if (!(v = cli_value(argc, argv, &i))) return 2;
-      if (quant_type_from_name(v) < 0 && strcmp(v, "none") && access(v, F_OK) == 0)
-        low_file = v;  // a compressed model
+      p.low_file = NULL;
+      p.low = -1;
+      if (mole_type_from_name(v) < 0 && strcmp(v, "none") && access(v, F_OK) == 0)
+        p.low_file = v;  // a compressed model
       else if (parse_type(a, v, false, true, &p.low))
         return 2;
     } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
@@ -76,16 +74,9 @@ int cmd_pack(int argc, char **argv) {
   }
   if (!in) return cli_usage_error("pack", "no input model given");
   if (!out) return cli_usage_error("pack", "-o FILE is required");
-  if (cli_output_clash("pack", "-o", out, "the input", in) || cli_output_clash("pack", "-o", out, "--low", low_file))
+  if (cli_output_clash("pack", "-o", out, "the input", in) || cli_output_clash("pack", "-o", out, "--low", p.low_file))
     return 2;
-  experts_pack_src *src = NULL;
-  mole_status st = MOLE_OK;
-  if (low_file && !(st = experts_pack_tier_open(low_file, in, &src))) {
-    p.tier[1] = experts_pack_src_tier(src);
-    p.book = experts_pack_src_book(src, &p.book_n);
-  }
-  if (!st) st = experts_pack(in, out, &p, stderr);
-  experts_pack_tier_close(src);
+  mole_status st = mole_pack(in, out, &p, stderr);
   if (st) return cli_error("pack", st);
   return 0;
 }

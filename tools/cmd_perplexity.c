@@ -18,11 +18,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base/base.h"
 #include "cli.h"
 #include "common.h"
-#include "gguf/gguf.h"
-#include "tokenizer/tokenizer.h"
+#include "mole.h"
 
 static const char *k_help =
     "usage: mole perplexity -m FILE -f TEXT [-c N] [-b N] [--chunks N] [--ref FILE] [options]\n"
@@ -53,7 +51,7 @@ static char *read_text(const char *path, size_t *n) {
     len += k;
     if (k == 0) break;
     if (len == cap) {
-      char *nb = cap < TOK_MAX_TEXT ? realloc(b, 2 * cap + 1) : NULL;
+      char *nb = cap < MOLE_TOKENIZE_MAX_TEXT ? realloc(b, 2 * cap + 1) : NULL;
       if (!nb) {
         fprintf(stderr, "mole perplexity: -f: '%s' is too large (more than %zu bytes read)\n", path, len);
         free(b);
@@ -155,8 +153,8 @@ int cmd_perplexity(int argc, char **argv) {
 
   int rc = 1;
   char *text = NULL;
-  gguf_file *gf = NULL;
-  tok_vocab *voc = NULL;
+  mole_gguf *gf = NULL;
+  mole_vocab *voc = NULL;
   int32_t *toks = NULL;
   int64_t n_tok = 0;
   mole_model *m = NULL;
@@ -168,16 +166,18 @@ int cmd_perplexity(int argc, char **argv) {
   if (!(text = read_text(path, &len))) goto done;
   if (len > 0 && text[len - 1] == '\n') len--;  // llama.cpp's -f drops one trailing newline
   // the tokenizer reads the model file's vocabulary
-  if ((st = gguf_open(mo.model, &gf)) || (st = tok_load(gf, &voc))) {
+  if ((st = mole_gguf_open(mo.model, &gf)) || (st = mole_gguf_vocab(gf, &voc))) {
     rc = cli_error("perplexity", st);
     goto done;
   }
-  if (tok_add_eos(voc)) {
+  mole_vocab_info vi;
+  mole_vocab_get_info(voc, &vi);
+  if (vi.add_eos) {
     fprintf(stderr, "mole perplexity: '%s': the vocabulary appends EOS to every text; llama-perplexity refuses "
                     "such models and so does this command\n", mo.model);
     goto done;
   }
-  if ((st = tok_encode(voc, text, len, true, false, &toks, &n_tok))) {
+  if ((st = mole_tokenize(voc, text, len, true, false, &toks, &n_tok))) {
     rc = cli_error("perplexity", st);
     goto done;
   }
@@ -189,9 +189,9 @@ int cmd_perplexity(int argc, char **argv) {
     const char *arch = NULL;
     char key[128];
     int64_t train = 4096;
-    if (!gguf_get_str(gf, "general.architecture", &arch) && arch) {
+    if (!mole_gguf_get_str(gf, "general.architecture", &arch) && arch) {
       snprintf(key, sizeof key, "%s.context_length", arch);
-      if (gguf_find_kv(gf, key) >= 0 && (st = gguf_get_int(gf, key, &train))) {
+      if (mole_gguf_find_kv(gf, key) >= 0 && (st = mole_gguf_get_int(gf, key, &train))) {
         rc = cli_error("perplexity", st);
         goto done;
       }
@@ -207,10 +207,10 @@ int cmd_perplexity(int argc, char **argv) {
       goto done;
     }
   }
-  gguf_close(gf);  // the tokenizer keeps its own copy; the model maps the file again
+  mole_gguf_close(gf);  // the tokenizer keeps its own copy; the model maps the file again
   gf = NULL;
   const int64_t n_ctx = mo.ctx;
-  const int64_t n_batch = mo.batch > 0 ? MOLE_MIN(mo.batch, n_ctx) : MOLE_MIN(512, n_ctx);
+  const int64_t n_batch = mo.batch > 0 ? CLI_MIN(mo.batch, n_ctx) : CLI_MIN(512, n_ctx);
   mo.batch = n_batch;
   if (cli_open(&mo, &m, &s)) goto done;
   const int64_t V = mole_model_n_vocab(m);
@@ -237,8 +237,8 @@ int cmd_perplexity(int argc, char **argv) {
   if (n_ctx > mole_model_n_ctx_train(m))
     fprintf(stderr, "mole perplexity: warning: the model was trained on only %lld context tokens (-c %lld)\n",
             (long long)mole_model_n_ctx_train(m), (long long)n_ctx);
-  const bool add_bos = tok_add_bos(voc) && tok_bos(voc) >= 0;
-  const int32_t bos = tok_bos(voc);
+  const bool add_bos = vi.add_bos && vi.bos >= 0;
+  const int32_t bos = vi.bos;
   int64_t n_chunk = n_tok / n_ctx;
   if (n_chunks_max > 0 && n_chunks_max < n_chunk) n_chunk = n_chunks_max;
   const int64_t first = n_ctx / 2;
@@ -262,13 +262,13 @@ int cmd_perplexity(int argc, char **argv) {
     if (rs) mole_session_reset(rs);
     st = MOLE_OK;
     for (int64_t b0 = 0; b0 < n_ctx && !st; b0 += n_batch) {
-      const int64_t nb = MOLE_MIN(n_batch, n_ctx - b0);
+      const int64_t nb = CLI_MIN(n_batch, n_ctx - b0);
       const bool scored = b0 + nb > first;  // some row of this piece is a scored position
       st = mole_session_eval(s, chunk + b0, nb, scored ? lg : NULL, true);
       if (!st && rs) st = mole_session_eval(rs, chunk + b0, nb, scored ? rlg : NULL, true);
       if (st || !scored) continue;
       // row p predicts token p + 1; positions first .. n_ctx-2 are scored
-      for (int64_t p = MOLE_MAX(first, b0); p < b0 + nb && p < n_ctx - 1; p++) {
+      for (int64_t p = CLI_MAX(first, b0); p < b0 + nb && p < n_ctx - 1; p++) {
         const double v = nll_of(lg + (p - b0) * V, V, chunk[p + 1]);
         nll += v;
         nll2 += v * v;
@@ -320,8 +320,8 @@ done:
   mole_model_free(rm);
   mole_free(toks);
   free(text);
-  tok_free(voc);
-  gguf_close(gf);
+  mole_vocab_free(voc);
+  mole_gguf_close(gf);
   mole_session_free(s);
   mole_model_free(m);
   return rc;

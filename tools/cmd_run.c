@@ -4,12 +4,10 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "base/base.h"
 #include "cli.h"
 #include "common.h"
-#include "gguf/gguf.h"
+#include "mole.h"
 #include "sampling_flags.h"
-#include "tokenizer/tokenizer.h"
 
 static const char *k_help =
     "usage: mole run -m FILE (-p TEXT | -f FILE | --tokens LIST) [options]\n"
@@ -26,7 +24,7 @@ static const char *k_help =
 
 typedef struct {
   cli_model_opts mo;
-  sampler_params sp;
+  mole_sampler_params sp;
   const char *prompt, *file, *tokens;
   const char *stops[16];
   int n_stops;
@@ -95,16 +93,15 @@ static char *read_all(const char *path, size_t *n) {
 }
 
 int cmd_run(int argc, char **argv) {
-  run_opts o = {.sp = sampler_params_default(), .n_predict = 128};
+  run_opts o = {.sp = mole_sampler_default_params(), .n_predict = 128};
   int pr = parse(argc, argv, &o);
   if (pr) return pr == 1 ? 0 : pr;
   int rc = 1;
   mole_model *m = NULL;
   mole_session *s = NULL;
-  gguf_file *gf = NULL;
-  tok_vocab *voc = NULL;
-  sampler *smp = NULL;
-  stop_matcher *sm = NULL;
+  mole_vocab *voc = NULL;
+  mole_sampler *smp = NULL;
+  mole_stop *sm = NULL;
   int32_t *prompt = NULL, *gen = NULL;
   int64_t np = 0, ng = 0;
   float *lg = NULL;
@@ -112,8 +109,8 @@ int cmd_run(int argc, char **argv) {
   mole_status st;
   if (cli_open(&o.mo, &m, &s)) return 1;
   const int64_t V = mole_model_n_vocab(m);
-  // the tokenizer reads the same file's vocabulary
-  if ((st = gguf_open(o.mo.model, &gf)) || (st = tok_load(gf, &voc))) {
+  // the tokenizer of the loaded model's file
+  if ((st = mole_model_vocab(m, &voc))) {
     rc = cli_error("run", st);
     goto done;
   }
@@ -129,7 +126,7 @@ int cmd_run(int argc, char **argv) {
       goto done;
     }
     int32_t *ids;
-    if ((st = tok_encode(voc, o.prompt ? o.prompt : text, len, !o.no_bos, true, &ids, &np))) {
+    if ((st = mole_tokenize(voc, o.prompt ? o.prompt : text, len, !o.no_bos, true, &ids, &np))) {
       rc = cli_error("run", st);
       goto done;
     }
@@ -148,14 +145,14 @@ int cmd_run(int argc, char **argv) {
       rc = 2;
       goto done;
     }
-  if ((st = sampler_init(&o.sp, V, &smp)) || (st = stop_matcher_init(o.stops, o.n_stops, &sm))) {
+  if ((st = mole_sampler_new(&o.sp, V, &smp)) || (st = mole_stop_new(o.stops, o.n_stops, &sm))) {
     rc = cli_error("run", st);
     goto done;
   }
   lg = malloc((size_t)V * sizeof *lg);
   gen = malloc((size_t)(o.n_predict + 1) * sizeof *gen);
   if (!lg || !gen) goto done;
-  for (int64_t i = 0; i < np; i++) sampler_accept(smp, prompt[i]);
+  for (int64_t i = 0; i < np; i++) mole_sampler_accept(smp, prompt[i]);  // in range: checked above
   int64_t t0 = mole_time_us();
   if ((st = mole_session_eval(s, prompt, np, lg, false))) {
     rc = cli_error("run", st);
@@ -164,18 +161,18 @@ int cmd_run(int argc, char **argv) {
   int64_t t_prompt = mole_time_us() - t0, t_first = 0;
   int64_t t1 = mole_time_us();
   char piece[256];
-  stop_match r;
+  mole_stop_result r;
   bool stopped = false;
   for (ng = 0; ng < o.n_predict && !stopped;) {
-    int32_t tok = sampler_sample(smp, lg);
+    int32_t tok = mole_sampler_sample(smp, lg);
     if (ng == 0) t_first = mole_time_us() - t0;
-    if (!o.ignore_eos && tok_is_eog(voc, tok)) break;
-    sampler_accept(smp, tok);
+    if (!o.ignore_eos && mole_token_is_eog(voc, tok)) break;
+    mole_sampler_accept(smp, tok);
     gen[ng++] = tok;
     if (!o.ids) {
-      int64_t pl = tok_piece(voc, tok, piece, sizeof piece, false);
+      int64_t pl = mole_token_piece(voc, tok, piece, sizeof piece, false);
       if (pl > (int64_t)sizeof piece) pl = sizeof piece;
-      if (pl > 0 && !stop_matcher_feed(sm, piece, (size_t)pl, &r)) {
+      if (pl > 0 && !mole_stop_feed(sm, piece, (size_t)pl, &r)) {
         fwrite(r.emit, 1, r.n_emit, stdout);
         fflush(stdout);
         stopped = r.matched;
@@ -196,7 +193,7 @@ int cmd_run(int argc, char **argv) {
     for (int64_t i = 0; i < ng; i++) printf(i ? " %d" : "%d", gen[i]);
     printf("\n");
   } else {
-    stop_matcher_flush(sm, &r);
+    mole_stop_flush(sm, &r);
     fwrite(r.emit, 1, r.n_emit, stdout);
     printf("\n");
   }
@@ -221,10 +218,9 @@ done:
   free(gen);
   free(prompt);
   free(text);
-  stop_matcher_free(sm);
-  sampler_free(smp);
-  tok_free(voc);
-  gguf_close(gf);
+  mole_stop_free(sm);
+  mole_sampler_free(smp);
+  mole_vocab_free(voc);
   mole_session_free(s);
   mole_model_free(m);
   return rc;

@@ -2,10 +2,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "base/base.h"
 #include "cli.h"
 #include "common.h"
-#include "model/synth.h"
+#include "mole.h"
 
 static const char *k_help =
     "usage: mole synth --arch ARCH [options] -o FILE\n"
@@ -28,7 +27,7 @@ static const char *k_help =
     "  -o FILE           output (required)\n";
 
 int cmd_synth(int argc, char **argv) {
-  synth_params p = synth_default_params();
+  mole_synth_params p = mole_synth_default_params();
   const char *out = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
@@ -58,9 +57,7 @@ int cmd_synth(int argc, char **argv) {
       if (!(p.vocab_from = cli_value(argc, argv, &i))) return 2;
     } else if (!strcmp(a, "--type")) {
       if (!(v = cli_value(argc, argv, &i))) return 2;
-      int t = quant_type_from_name(v);
-      if (t < 0) return cli_usage_error("synth", "--type: unknown type '%s'", v);
-      p.type = (quant_type)t;
+      if ((p.type = mole_type_from_name(v)) < 0) return cli_usage_error("synth", "--type: unknown type '%s'", v);
     } else if (!strcmp(a, "--seed")) {
       if (!(v = cli_value(argc, argv, &i)) || cli_parse_i64(a, v, 0, INT64_MAX, &x)) return 2;
       p.seed = (uint64_t)x;
@@ -77,7 +74,7 @@ int cmd_synth(int argc, char **argv) {
   if (!strcmp(p.arch, "llama")) p.n_expert = 0;
   int64_t t0 = mole_time_us();
   uint64_t bytes = 0;
-  mole_status st = synth_write(&p, out, &bytes);
+  mole_status st = mole_synth(&p, out, &bytes);
   if (st) return cli_error("synth", st);
   double s = (double)(mole_time_us() - t0) / 1e6;
   fprintf(stderr, "mole synth: wrote %s: %.1f MiB in %.2f s (%.2f GB/s)\n", out, (double)bytes / 1048576.0, s,

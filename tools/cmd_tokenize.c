@@ -3,9 +3,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <stdlib.h>
+
 #include "cli.h"
-#include "gguf/gguf.h"
-#include "tokenizer/tokenizer.h"
+#include "mole.h"
 
 static void tokenize_usage(FILE *f) {
   fprintf(f,
@@ -29,13 +30,13 @@ static int tokenize_usage_error(const char *msg, const char *arg) {
   return 2;
 }
 
-// All of stdin into a mole_malloc'd buffer.
+// All of stdin into a malloc'd buffer.
 static char *tokenize_read_stdin(size_t *n) {
   size_t cap = 1 << 16, len = 0;
-  char *buf = mole_malloc(cap);
+  char *buf = malloc(cap);
   while (buf) {
     if (len == cap) {
-      char *nb = mole_realloc(buf, cap * 2);
+      char *nb = realloc(buf, cap * 2);
       if (!nb) break;
       buf = nb;
       cap *= 2;
@@ -48,7 +49,7 @@ static char *tokenize_read_stdin(size_t *n) {
       return buf;
     }
   }
-  mole_free(buf);
+  free(buf);
   return NULL;
 }
 
@@ -108,27 +109,25 @@ int cmd_tokenize(int argc, char **argv) {
     }
     text = in;
   }
-  gguf_file *f = NULL;
-  tok_vocab *v = NULL;
+  mole_vocab *v = NULL;
   int32_t *ids = NULL;
   int64_t n = 0;
-  mole_status st = gguf_open(model, &f);
-  if (st == MOLE_OK) st = tok_load(f, &v);
-  if (st == MOLE_OK) st = tok_encode(v, text, len, add_special, parse_special, &ids, &n);
+  mole_status st = mole_vocab_load(model, &v);
+  if (st == MOLE_OK) st = mole_tokenize(v, text, len, add_special, parse_special, &ids, &n);
   if (st != MOLE_OK) {
     fprintf(stderr, "mole tokenize: %s\n", mole_last_error());
   } else if (pieces) {
     char buf[256];
     for (int64_t i = 0; i < n; i++) {
-      int64_t pn = tok_piece(v, ids[i], buf, sizeof buf, true);
+      int64_t pn = mole_token_piece(v, ids[i], buf, sizeof buf, true);
       printf("%d ", ids[i]);
       if (pn <= (int64_t)sizeof buf) {
         tokenize_print_piece(buf, pn);
       } else {  // a long piece
-        char *big = mole_malloc((size_t)pn);
-        if (big) tok_piece(v, ids[i], big, (size_t)pn, true);
+        char *big = malloc((size_t)pn);
+        if (big) mole_token_piece(v, ids[i], big, (size_t)pn, true);
         tokenize_print_piece(big ? big : "", big ? pn : 0);
-        mole_free(big);
+        free(big);
       }
       putchar('\n');
     }
@@ -137,8 +136,7 @@ int cmd_tokenize(int argc, char **argv) {
     putchar('\n');
   }
   mole_free(ids);
-  tok_free(v);
-  gguf_close(f);
-  mole_free(in);
+  mole_vocab_free(v);
+  free(in);
   return st == MOLE_OK ? 0 : 1;
 }

@@ -2,10 +2,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "base/base.h"
 #include "cli.h"
 #include "common.h"
-#include "engine/train_retain.h"
+#include "mole.h"
 
 static const char *k_help =
     "usage: mole train-retain -m MODEL --data TEXT -o HEADS.gguf [options]\n"
@@ -39,7 +38,7 @@ static const char *k_help =
 
 int cmd_train_retain(int argc, char **argv) {
   const char *model = NULL, *out = NULL, *csv = NULL, *png = NULL, *json = NULL;
-  train_retain_params p = train_retain_default_params();
+  mole_train_retain_params p = mole_train_retain_default_params();
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
     int64_t x;
@@ -105,20 +104,17 @@ int cmd_train_retain(int argc, char **argv) {
     if (cli_output_clash("train-retain", outs[o][0], outs[o][1], "-m", model) ||
         cli_output_clash("train-retain", outs[o][0], outs[o][1], "--data", p.data))
       return 2;
-  train_retain_report r;
-  mole_status st = train_retain_run(model, out, &p, stderr, &r);
-  if (st) {
-    train_retain_report_free(&r);
-    return cli_error("train-retain", st);
-  }
-  train_retain_print_report(&r, &p, stdout);
+  mole_retain_report *r = NULL;
+  mole_status st = mole_train_retain(model, out, &p, stderr, &r);
+  if (st) return cli_error("train-retain", st);
+  mole_retain_report_print(r, stdout);
   int rc = 0;
-  if (json && (st = train_retain_write_json(&r, &p, json))) rc = cli_error("train-retain", st);
-  if (csv && (st = train_retain_write_csv(&r, csv))) rc = cli_error("train-retain", st);
-  if (png && (st = train_retain_plot(&r, png))) {
+  if (json && (st = mole_retain_report_save(r, MOLE_REPORT_JSON, json))) rc = cli_error("train-retain", st);
+  if (csv && (st = mole_retain_report_save(r, MOLE_REPORT_CSV, csv))) rc = cli_error("train-retain", st);
+  if (png && (st = mole_retain_report_save(r, MOLE_REPORT_PNG, png))) {
     // the heads are trained and written: a missing plot is only a warning
     fprintf(stderr, "train-retain: warning: %s\n", mole_last_error());
   }
-  train_retain_report_free(&r);
+  mole_retain_report_free(r);
   return rc;
 }

@@ -1,10 +1,5 @@
 #include "common.h"
 
-#include "base/base.h"
-
-#include "experts/budget.h"
-#include "experts/cache.h"
-
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -107,16 +102,14 @@ static int cli_offload_flag(int argc, char **argv, int *i, cli_model_opts *o) {
   double d;
   if (!strcmp(a, "--expert-budget")) {
     if (!(v = cli_value(argc, argv, i))) return -1;
-    if (experts_parse_budget(v, &o->expert_budget, &o->expert_budget_frac)) {
+    if (mole_parse_budget(v, &o->expert_budget, &o->expert_budget_frac)) {
       fprintf(stderr, "mole: --expert-budget: %s\n", mole_last_error());
       return -1;
     }
     o->has_budget = true;
   } else if (!strcmp(a, "--cache-policy")) {
     if (!(v = cli_value(argc, argv, i))) return -1;
-    experts_policy pol;
-    float w[4];
-    if (experts_policy_parse(v, NULL, &pol, w)) {
+    if (mole_cache_policy_parse(v, NULL, false, NULL, NULL)) {
       fprintf(stderr, "mole: --cache-policy: '%s' is not lru, lfu, lhu, fld or hobbit\n", v);
       return -1;
     }

@@ -9,6 +9,9 @@
 
 #include "mole.h"
 
+#define CLI_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define CLI_MAX(a, b) ((a) > (b) ? (a) : (b))
+
 typedef struct cli_model_opts {
   const char *model;     // -m FILE
   int threads;           // -t N (0 = all cores)

@@ -4,7 +4,7 @@
 
 #include "common.h"
 
-int cli_sampling_flag(int argc, char **argv, int *i, sampler_params *p) {
+int cli_sampling_flag(int argc, char **argv, int *i, mole_sampler_params *p) {
   const char *a = argv[*i], *v;
   double d;
   int64_t x;

@@ -2,7 +2,7 @@
 #ifndef MOLE_CLI_SAMPLING_FLAGS_H
 #define MOLE_CLI_SAMPLING_FLAGS_H
 
-#include "engine/sampler.h"
+#include "mole.h"
 
 #define CLI_SAMPLING_HELP                                                               \
   "      --temp T             temperature, 0 = greedy (default: 0.8)\n"                 \
@@ -16,6 +16,6 @@
   "      --seed S             random seed (default: from the clock)\n"
 
 // Consumes a sampling flag: 1 consumed, 0 not one, -1 error printed.
-int cli_sampling_flag(int argc, char **argv, int *i, sampler_params *p);
+int cli_sampling_flag(int argc, char **argv, int *i, mole_sampler_params *p);
 
 #endif

@@ -38,19 +38,11 @@
 #include "base/base.h"
 
 // seed value asking for a seed taken from the clock (llama.cpp's default)
-#define SAMPLER_SEED_RANDOM UINT64_MAX
+#define SAMPLER_SEED_RANDOM MOLE_SEED_RANDOM
 
-typedef struct sampler_params {
-  float temperature;        // 0 (or < 0) = greedy argmax
-  int32_t top_k;            // <= 0 = off
-  float top_p;              // in [0, 1]; 1 = off
-  float min_p;              // in [0, 1]; 0 = off
-  float repeat_penalty;     // > 0; 1 = off
-  int32_t repeat_last_n;    // >= 0; window of accepted tokens the penalties see; 0 = off
-  float presence_penalty;   // 0 = off
-  float frequency_penalty;  // 0 = off
-  uint64_t seed;            // a fixed seed reproduces the same tokens; SAMPLER_SEED_RANDOM = clock
-} sampler_params;
+// The public parameters (include/mole.h): temperature, top_k, top_p, min_p,
+// repeat_penalty, repeat_last_n, presence/frequency_penalty, seed.
+typedef mole_sampler_params sampler_params;
 
 // llama.cpp's defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05,
 // repeat_penalty 1 (off), repeat_last_n 64, presence/frequency 0, random seed.

@@ -26,22 +26,9 @@
 
 #include "base/base.h"
 
-typedef struct train_retain_params {
-  const char *data;   // training text (required)
-  int64_t tokens;     // tokens of it to use, training and held out together (default 65536)
-  int64_t seq_len;    // tokens per sequence, BOS first (default 512; capped at the model's train context)
-  double heldout;     // the last fraction of the sequences held out (default 0.1)
-  int64_t window;     // W: the queries after a key its label looks at (default 64)
-  int64_t hidden;     // the MLP's hidden width (default 64)
-  float smooth;       // weight of the smoothness term (default 0.01)
-  float lr;           // AdamW peak learning rate (default 2e-3): linear warm-up, then cosine decay to 0
-  float wd;           // AdamW decoupled weight decay on w1 and w2, not on biases (default 0.01)
-  int64_t batch;      // tokens per minibatch (default 256)
-  int64_t epochs;     // passes over the training sequences (default 20); 0 = evaluate the initial heads only
-  uint64_t seed;      // minibatch order, initial weights, the random policy (default 1)
-  double max_mem;     // bytes the features, labels and buffers may take (default 8 GiB)
-  int n_threads;      // 0 = all cores; layers train in parallel, one per thread
-} train_retain_params;
+// The public parameters (include/mole.h): data, tokens, seq_len, heldout,
+// window, hidden, smooth, lr, wd, batch, epochs, seed, max_mem, n_threads.
+typedef mole_train_retain_params train_retain_params;
 
 // The policies the report compares on held-out sequences.
 enum { TR_STREAMING = 0, TR_H2O, TR_LOCRET, TR_RANDOM, TR_N_POLICY };
