@@ -67,6 +67,7 @@ check packed-q6k-run 0 "experts: tiered" -- "$M" run -m "$T/q.gguf" --tokens 1,2
 check run-stats 0 "experts: tiered, budget 2.0 MiB" -- "$M" run -m "$T/m.gguf" --tokens 1,2,3 -n 16 --ids -b 1 \
   --expert-budget 2MiB --stats --trace-routing "$T/r.trace"
 check trace-header 0 "mole-trace 1 layers 4 experts 8 used 2" -- head -1 "$T/r.trace"
+check trace-align 0 "low 0 align 4096" -- head -1 "$T/r.trace"
 check cachesim 0 "hobbit" -- "$M" cachesim --trace "$T/r.trace" --budget 50%
 check cachesim-lru 0 "lru     hit rate" -- "$M" cachesim --trace "$T/r.trace" --budget 2MiB --cache-policy lru --prefetch
 check cachesim-json 0 '"policy": "hobbit"' -- "$M" cachesim --trace "$T/r.trace" --budget 50% --cache-policy hobbit \
@@ -83,11 +84,15 @@ printf '%s\ns 0 99999999999\n' "$H" > "$T/bad2.trace"
 printf '%s\ns 0 2\nL 0 1:h:2 skip -1\n' "$H" > "$T/bad3.trace"
 printf '%s\ns 0 2\nL 0 1:h:2 skip 9223372036854775807\n' "$H" > "$T/bad4.trace"
 sed 's/slot_high [0-9]*/slot_high 9223372036854775807/' "$T/r.trace" > "$T/bad5.trace"
+printf '%s\ns 0 2\nL 0 1:h:1 3:l:1 1:h:1 skip 0\n' "$H" > "$T/bad6.trace"
+sed 's/align [0-9]*/align 0/' "$T/r.trace" > "$T/bad7.trace"
 check trace-expert-tokens 1 "bad1.trace: line 3: an expert with more tokens than its step has" -- "$M" cachesim --trace "$T/bad1.trace" --budget 50%
 check trace-step-tokens 1 "bad2.trace: line 2: more tokens in a step" -- "$M" cachesim --trace "$T/bad2.trace" --budget 50%
 check trace-skip-neg 1 "bad3.trace: line 3: bad skip count" -- "$M" cachesim --trace "$T/bad3.trace" --budget 50%
 check trace-skip-big 1 "bad4.trace: line 3: bad skip count" -- "$M" cachesim --trace "$T/bad4.trace" --budget 50% --cache-policy all
 check trace-slot-bytes 1 "bad5.trace: line 1: header values out of range" -- "$M" cachesim --trace "$T/bad5.trace" --budget 50%
+check trace-twice 1 "bad6.trace: line 3: an expert twice in one precision" -- "$M" cachesim --trace "$T/bad6.trace" --budget 50%
+check trace-align-0 1 "bad7.trace: line 1: header values out of range" -- "$M" cachesim --trace "$T/bad7.trace" --budget 50%
 check cachesim-no-trace 2 "--trace FILE is required" -- "$M" cachesim --budget 1GiB
 check bench-offload 0 "tg" -- "$M" bench -m "$T/m.gguf" -p 8 -n 8 -r 1 --expert-budget 4MiB
 

@@ -3,7 +3,9 @@
 // prefetch) give exactly the logits of the fully resident run; so does a
 // packed store whose high copies keep the source types; mixed precision uses
 // the low copies; budget and parameter errors are clear; the predictor's
-// accuracy is reported; the routing trace replays to the same misses; a
+// accuracy is reported; the routing trace replays to the provider's counts
+// (a run in both precisions, and a run with prefetches and waves whose reads
+// land before each decision: cachesim drives the same tier rules); a
 // budget below one layer's working set computes a prompt batch in waves and
 // still gives the resident logits.
 #include <liburing.h>
@@ -520,6 +522,188 @@ static void test_trace_replay(void **state) {
   assert_non_null(strstr(mole_last_error(), "line"));
 }
 
+// ---- the provider and its replay decide the same ------------------------------------
+// The provider's counts against cachesim's replay of its trace, as far as
+// the two must agree (see trace.h).
+static void expect_replayed(const experts_stats *s, const mole_offload_params *o, const char *what) {
+  experts_sim_params sp = {.budget = o->expert_budget, .prefetch = true};
+  assert_int_equal(experts_policy_parse(o->cache_policy, NULL, &sp.policy, sp.weights), MOLE_OK);
+  experts_sim_result r;
+  if (experts_cachesim(o->trace_routing, &sp, &r)) fail_msg("%s: cachesim: %s", what, mole_last_error());
+  const experts_counts *a = &s->total, *b = &r.c;
+  const int64_t got[] = {a->hits[0], a->hits[1], a->misses[0], a->misses[1], a->prefetch_hits[0], a->prefetch_hits[1],
+                         a->prefetches, a->prefetch_unused, a->skips, a->reads, a->bytes_read, s->steps, s->tokens,
+                         s->slots[0], s->slots[1]};
+  const int64_t want[] = {b->hits[0], b->hits[1], b->misses[0], b->misses[1], b->prefetch_hits[0], b->prefetch_hits[1],
+                          b->prefetches, b->prefetch_unused, b->skips, b->reads, b->bytes_read, r.steps, r.tokens,
+                          r.slots[0], r.slots[1]};
+  static const char *const names[] = {"high hits", "low hits", "high misses", "low misses", "high prefetch hits",
+                                      "low prefetch hits", "prefetches", "unused prefetches", "skips", "reads",
+                                      "bytes read", "steps", "tokens", "high slots", "low slots"};
+  for (size_t i = 0; i < sizeof got / sizeof got[0]; i++)
+    if (got[i] != want[i])
+      fail_msg("%s: %s: the provider counted %lld, its replay %lld", what, names[i], (long long)got[i], (long long)want[i]);
+}
+
+// Every read the provider started has landed.
+static void drain(experts *x) {
+  while (experts_io_in_flight(x->io) > 0) experts_reap(x, true);
+}
+
+// One routed layer as the forward pass computes it (moe_experts), with
+// every read landed before the provider decides again: the pinned groups,
+// then (waves) the waiting ones in the slots of the computed ones. Returns
+// the waves after the first.
+static int64_t drive_layer(experts *x, int64_t layer, int64_t nk, const int32_t *sel, const uint8_t *prec) {
+  enum { G = 16 };  // 2 * n_expert
+  uint8_t st[G] = {0};  // 1 pending, 2 computed and pinned, 3 released
+  for (int64_t i = 0; i < nk; i++)
+    if (prec[i] != EXPERT_SKIP) st[2 * sel[i] + prec[i]] = 1;
+  drain(x);
+  int64_t waves = 0;
+  for (;;) {
+    int64_t pending = 0, first = -1;
+    for (int g = 0; g < G; g++) {
+      if (st[g] != 1) continue;
+      if (experts_ready(x, layer, g / 2, (expert_prec)(g % 2)) == EXPERTS_READY) {
+        expert_view v;
+        assert_int_equal(experts_get(x, layer, g / 2, (expert_prec)(g % 2), &v), MOLE_OK);
+        st[g] = 2;
+      } else {
+        pending++;
+        if (first < 0) first = g;
+      }
+    }
+    if (pending == 0) break;
+    int64_t held = 0;
+    for (int g = 0; g < G; g++)
+      if (st[g] == 2) {
+        experts_release(x, layer, g / 2, (expert_prec)(g % 2));
+        st[g] = 3;
+        held++;
+      }
+    if (held == 0) fail_msg("layer %lld: groups wait for a slot with nothing of the layer pinned", (long long)layer);
+    (void)experts_ready(x, layer, (int32_t)(first / 2), (expert_prec)(first % 2));  // starts the waiting groups' reads
+    drain(x);
+    waves++;
+  }
+  experts_layer_done(x, layer);
+  return waves;
+}
+
+// A run of the provider on a routing of its own: prompt steps of 6 tokens
+// (random experts: the layers need more slots than the budget has, and are
+// computed in waves) and decode steps routed by the model's routers on a
+// hidden state that the predictor sees a layer ahead (it predicts right,
+// except where the state changes between layers), in both precisions. Its
+// trace, replayed by cachesim, gives every count the provider gave.
+static void test_replay_parity(void **state) {
+  (void)state;
+  enum { L = 4, X = 8, K = 2, E = 256, NP = 6, STEPS = 24 };
+  const struct {
+    const char *policy, *io;
+    int depth;
+    float t2;
+    int budget;  // experts in each precision
+  } runs[] = {{"lru", "pread", 1, 0.9f, 3}, {"hobbit", "uring", 2, 0.9f, 3}, {"fld", "uring", 1, 0.9f, 4},
+              {"hobbit", "pread", 2, 0.0f, 4}};
+  experts_stats s;
+  mole_offload_params o = offload((int64_t)1 << 30);
+  o.t1 = 0;
+  o.t2 = 1;
+  free(run_ok(g_packed, &o, &s));
+  const int64_t H = s.slot_bytes[0], Lo = s.slot_bytes[1];
+  // through the forward pass, without prefetch and with room for any layer's
+  // groups at once (every read is waited for before the layer ends): a
+  // prompt and decode tokens in both precisions replay exactly
+  o = offload(20 * (H + Lo));
+  o.t1 = 0;
+  o.t2 = 0.9f;
+  o.prefetch_depth = 0;
+  o.cache_policy = "hobbit";
+  o.trace_routing = g_trace;
+  free(run_ok(g_packed, &o, &s));
+  assert_true(s.total.misses[0] > 0 && s.total.misses[1] > 0 && s.total.hits[0] > 0 && s.total.hits[1] > 0);
+  expect_replayed(&s, &o, "a run in both precisions");
+  int64_t covered[4] = {0};  // low requests, prefetch hits, waves, skips
+  for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++) {
+    mole_model_params mp = mole_model_default_params();
+    mp.n_threads = 1;
+    mp.use_mmap = true;  // the routers in the file's layout
+    mp.offload.expert_budget = runs[ri].budget * (H + Lo);
+    mp.offload.t1 = 0;
+    mp.offload.t2 = runs[ri].t2;
+    mp.offload.cache_policy = runs[ri].policy;
+    mp.offload.io = runs[ri].io;
+    mp.offload.prefetch_depth = runs[ri].depth;
+    mp.offload.trace_routing = g_trace;
+    mole_model *m;
+    assert_int_equal(mole_model_load(g_packed, &mp, &m), MOLE_OK);
+    experts *x = m->experts;
+    assert_int_equal(m->hp.n_layer, L);
+    assert_int_equal(m->hp.n_expert, X);
+    assert_int_equal(m->hp.n_embd, E);
+    static float router[L][X][E];
+    for (int l = 0; l < L; l++) {
+      const model_tensor *g = &m->layers[l].gate_inp;
+      for (int e = 0; e < X; e++) quant_traits_of(g->type)->to_float((const char *)g->data + (size_t)e * g->row_bytes, router[l][e], E);
+    }
+    uint64_t rng = 0x7e57 + ri;
+    float h[E];
+    int32_t sel[NP * K];
+    float w[NP * K];
+    uint8_t prec[NP * K];
+    for (int step = 0; step < STEPS; step++) {
+      const int n = step % 6 == 0 ? NP : 1;
+      for (int i = 0; i < E; i++) h[i] = tu_gauss(&rng);
+      for (int l = 0; l < L; l++) {
+        if (n == 1) {
+          if (l > 0 && tu_rand_u64(&rng) % 3 == 0)
+            for (int i = 0; i < E; i++) h[i] = tu_gauss(&rng);  // the predictor guessed with the old state
+          experts_predict(x, l, h);
+          // the top two of the router on h, softmax weights
+          float lg[X], mx = -INFINITY, sum = 0;
+          for (int e = 0; e < X; e++) {
+            lg[e] = 0;
+            for (int i = 0; i < E; i++) lg[e] += router[l][e][i] * h[i];
+            mx = fmaxf(mx, lg[e]);
+          }
+          for (int e = 0; e < X; e++) sum += lg[e] = expf(lg[e] - mx);
+          for (int k = 0; k < K; k++) {
+            int best = -1;
+            for (int e = 0; e < X; e++)
+              if ((k == 0 || e != sel[0]) && (best < 0 || lg[e] > lg[best])) best = e;
+            sel[k] = best;
+            w[k] = lg[best] / sum;
+          }
+        } else {
+          for (int t = 0; t < n; t++) {
+            sel[t * K] = (int32_t)(tu_rand_u64(&rng) % X);
+            sel[t * K + 1] = (int32_t)((sel[t * K] + 1 + tu_rand_u64(&rng) % (X - 1)) % X);
+            w[t * K] = tu_rand_uniform(&rng, 0.5f, 1.0f);
+            w[t * K + 1] = tu_rand_uniform(&rng, 0.0f, w[t * K]);
+          }
+        }
+        experts_plan(x, l, n, K, sel, w, prec);
+        covered[2] += drive_layer(x, l, n * K, sel, prec);
+      }
+      experts_step_done(x, n);
+    }
+    experts_get_stats(x, &s);
+    mole_model_free(m);  // closes the trace
+    char what[96];
+    snprintf(what, sizeof what, "%s, io %s, depth %d, t2 %g, %d experts", runs[ri].policy, runs[ri].io, runs[ri].depth,
+             (double)runs[ri].t2, runs[ri].budget);
+    expect_replayed(&s, &mp.offload, what);
+    covered[0] += s.total.hits[1] + s.total.misses[1];
+    covered[1] += s.total.prefetch_hits[0] + s.total.prefetch_hits[1];
+    covered[3] += s.total.skips;
+  }
+  // the runs had low requests, used prefetches, layers in waves and skips
+  for (int i = 0; i < 4; i++)
+    if (covered[i] == 0) fail_msg("the runs did not cover case %d", i);
+}
+
 // The adaptive prefetch (depth -1) probes decode tokens with and without
 // prefetching, whatever the timings say afterwards; the logits stay exact.
 static void test_adaptive_prefetch(void **state) {
@@ -600,7 +784,8 @@ int main(void) {
       cmocka_unit_test(test_shared_budget),
       cmocka_unit_test(test_plan_prefers_cached_high), cmocka_unit_test(test_errors),
       cmocka_unit_test(test_release),          cmocka_unit_test(test_waves),
-      cmocka_unit_test(test_trace_replay),     cmocka_unit_test(test_stats_text),
+      cmocka_unit_test(test_trace_replay),     cmocka_unit_test(test_replay_parity),
+      cmocka_unit_test(test_stats_text),
       cmocka_unit_test(test_adaptive_prefetch), cmocka_unit_test(test_prefetch_verdict),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,6 +1,7 @@
 // experts/cache: which (layer, expert) copies the RAM budget holds and which
-// one to evict. Pure bookkeeping, no I/O: the provider (experts.c) and the
-// offline simulator (trace.c, `mole cachesim`) drive the same code.
+// one to evict. Pure bookkeeping, no I/O: the slot rules (tier.c) drive it,
+// for the provider (experts.c) and the offline simulator (trace.c, `mole
+// cachesim`) alike.
 //
 // Each precision has its own table of fixed-size slots (high- and low-
 // precision copies are looked up and counted separately). With

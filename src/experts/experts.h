@@ -1,32 +1,67 @@
 // experts: the expert provider. The forward pass asks for the weights of
 // (layer, expert, precision) and gets resident views; it never knows whether
 // they were mapped from the GGUF (everything resident) or read from disk into
-// a RAM budget (tiered cache). Also: the precision policy (HOBBIT T1/T2), the
-// next-layer predictor and the offload statistics.
+// a RAM budget (tiered cache: the slot rules are tier.h). Also: the precision
+// policy (HOBBIT T1/T2), the next-layer predictor and the offload statistics.
+// It knows nothing of the model: experts_open gets what it needs from it.
 #ifndef MOLE_EXPERTS_H
 #define MOLE_EXPERTS_H
 
-#include "model/model.h"
+#include <stdio.h>
+
+#include "base/base.h"
+#include "base/pool.h"
+#include "gguf/gguf.h"
+#include "quant/quant_matrix.h"
 
 typedef enum { EXPERT_HIGH = 0, EXPERT_LOW = 1, EXPERT_SKIP = 2 } expert_prec;
 
-// The three matrices of one expert in one precision, as 2-D model_tensors
+// The precision policy (HOBBIT's thresholds): a choice whose unimportance u
+// (the normalised router weight of the choices ranked above it) is at most t1
+// is HIGH, at most t2 LOW, else SKIP; LOW becomes HIGH without low copies in use.
+static inline expert_prec experts_prec_of(float t1, float t2, bool low_in_use, float u) {
+  const expert_prec p = u <= t1 ? EXPERT_HIGH : u <= t2 ? EXPERT_LOW : EXPERT_SKIP;
+  return p == EXPERT_LOW && !low_in_use ? EXPERT_HIGH : p;
+}
+
+// The three matrices of one expert in one precision, as 2-D views
 // (ne2 = 1, mat_bytes = one matrix). Valid until experts_layer_done().
 typedef struct expert_view {
-  model_tensor gate;  // [n_ff_exp][n_embd]
-  model_tensor up;    // [n_ff_exp][n_embd]
-  model_tensor down;  // [n_embd][n_ff_exp]
+  quant_matrix gate;  // [n_ff_exp][n_embd]
+  quant_matrix up;    // [n_ff_exp][n_embd]
+  quant_matrix down;  // [n_embd][n_ff_exp]
 } expert_view;
 
 typedef struct experts experts;
 
-// Creates the provider of model m from its offload parameters (m->offload):
-// everything resident (views into the mapping) when expert_budget is 0, or
-// auto and the model fits in the memory available (MemAvailable, cgroup
-// limit); otherwise a RAM cache of that budget in front of the file, read
-// with O_DIRECT. Errors name the parameter (--expert-budget, --cache-policy,
-// --cache-weights, --io, --t1/--t2, --prefetch-depth, --trace-routing).
-mole_status experts_open(mole_model *m, experts **out);
+// What the provider is opened with: the model computes it (the provider
+// knows nothing of the model).
+typedef struct experts_config {
+  const gguf_file *gguf;  // the model file: the experts are mapped from it or read from it
+  int64_t n_layer, n_expert, n_expert_used, n_embd;
+  int64_t n_ff_exp;       // every expert's FFN width in the file
+  // this process's share (src/dist): FFN columns [ff0, ff0 + n_ff_local) of
+  // every expert, and the routed experts [ex0, ex1) it holds
+  int64_t ff0, n_ff_local, ex0, ex1;
+  // [n_layer][3]: each layer's gate, up and down expert stacks as the loader
+  // bound them (the share; a packed store's have data NULL)
+  const quant_matrix *stacks;
+  const quant_matrix *routers;  // [n_layer] each layer's router [n_expert][n_embd] (the predictor's gates)
+  mole_offload_params offload;  // --expert-budget, --cache-policy, ... (the strings must outlive the provider)
+  // the auto budget: bytes the rest of the process needs (KV caches, scratch,
+  // a margin for code and the allocator), and bytes of the file outside the
+  // experts that a step does not read (token embeddings not tied to the output)
+  int64_t headroom, cold_bytes;
+  mole_pool *pool;              // the predictor's matmul
+} experts_config;
+
+// Creates the provider: everything resident (views into the mapping) when
+// expert_budget is 0, or auto and the model fits in the memory available
+// (MemAvailable, cgroup limit); otherwise a RAM cache of that budget in
+// front of the file, read with O_DIRECT. Errors name the parameter
+// (--expert-budget, --cache-policy, --cache-weights, --io, --t1/--t2,
+// --prefetch-depth, --trace-routing).
+mole_status experts_open(const experts_config *cfg, experts **out);
 void experts_close(experts *x);
 
 // The weights image (model/image.c): the resident provider calls fn for
@@ -72,9 +107,10 @@ void experts_release(experts *x, int64_t layer, int32_t e, expert_prec p);
 // Ends the layer: unpins what is still pinned and releases its prefetches.
 void experts_layer_done(experts *x, int64_t layer);
 
-// Predictor: gate input h [n_embd] of one token at `layer`; predicts the
-// experts of layers layer+1 .. layer+depth and prefetches them. No-op when
-// everything is resident.
+// Predictor (predict.h): gate input h [n_embd] of one token at `layer`,
+// before its plan; predicts the experts of layers layer+1 .. layer+depth,
+// and the plan of `layer` prefetches the ones worth it (after its own
+// reads). No-op when everything is resident (unless predictions are traced).
 void experts_predict(experts *x, int64_t layer, const float *h);
 
 // Marks the end of a token (decode step) or of a prefill chunk of n tokens,

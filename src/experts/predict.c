@@ -1,9 +1,9 @@
-// The predictor: the routers of layers l+1..l+p applied to layer l's gate
-// input in one stacked matmul (every router is kept in f32 as one
+// The predictor (predict.h): the routers of layers l+1..l+p applied to layer
+// l's gate input in one stacked matmul (every router is kept in f32 as one
 // [n_layer][n_expert][n_embd] array, so the rows of layers l+1..l+p are
 // contiguous), top-k per predicted layer, the precision the plan would give,
-// and prefetches of what is not in RAM yet. Predictions are scored when the
-// predicted layer is routed.
+// and which of them to prefetch (the provider reads them). Predictions are
+// scored when the predicted layer is routed.
 //
 // Prefetching an expert that is not in RAM costs one read and (if unused) an
 // eviction; it pays when the prediction is used and the read overlaps
@@ -25,13 +25,10 @@
 // times before it is prefetched at all. Prefetch reads are background
 // requests: io.c issues them only while no demand read waits, a few chunks
 // at a time.
+#include "experts/predict.h"
+
 #include <math.h>
 #include <string.h>
-
-#include "base/pool.h"
-#include "experts/experts_internal.h"
-#include "model/ops.h"
-#include "experts/trace.h"
 
 #define PF_USEFUL_MIN 0.75
 #define PF_USEFUL_SAMPLES 8  // a kind of prediction is prefetched once measured this often
@@ -44,40 +41,65 @@
 #define PF_RUN_MAX 1024
 enum { PF_PROBE_ON, PF_PROBE_AFTER, PF_PROBE_OFF, PF_RUN };
 
-mole_status experts_predict_init(experts *x) {
-  const model_hparams *hp = &x->m->hp;
-  const int64_t L = hp->n_layer, X = hp->n_expert, E = hp->n_embd, K = hp->n_expert_used;
-  x->depth = 0;
-  // resident mode predicts only to record the trace (and score it)
-  if (x->depth_cfg == 0 || L < 2 || (!x->tiered && !x->trace)) return MOLE_OK;
-  if (x->depth_cfg > 0) {
-    x->depth = x->depth_cfg;
-  } else {
-    // adaptive: the layers whose predicted experts fit in a quarter of the
-    // high pool, at most 2 (accuracy falls with the distance)
-    const int64_t slots = x->tiered ? x->cache.n_slots[0] : L * X;
-    x->depth = (int)MOLE_MAX(1, MOLE_MIN(2, slots / (4 * K)));
-  }
-  x->routers = mole_aligned_alloc(64, (size_t)(L * X * E) * sizeof *x->routers);
-  x->pred_logits = mole_malloc((size_t)(EXPERTS_MAX_DEPTH * X) * sizeof *x->pred_logits);
-  x->pred = mole_calloc((size_t)(L * EXPERTS_MAX_DEPTH * K), sizeof *x->pred);
-  x->pred_valid = mole_calloc((size_t)(L * EXPERTS_MAX_DEPTH), sizeof *x->pred_valid);
-  x->pred_uncached = mole_calloc((size_t)(L * EXPERTS_MAX_DEPTH * K), sizeof *x->pred_uncached);
-  x->pf_useful = 1.0;  // optimistic until measured
-  x->pf_useful_at = mole_calloc((size_t)(EXPERTS_MAX_DEPTH * K), sizeof *x->pf_useful_at);
-  x->pf_useful_n = mole_calloc((size_t)(EXPERTS_MAX_DEPTH * K), sizeof *x->pf_useful_n);
-  x->pf_on = true;
-  x->pf_phase = PF_PROBE_ON;
-  x->pf_left = PF_PROBE_TOKENS;
-  x->pf_run = PF_RUN_TOKENS / 2;  // an agreeing first probe runs PF_RUN_TOKENS
-  x->pf_pending = mole_malloc((size_t)(EXPERTS_MAX_DEPTH * K) * sizeof *x->pf_pending);
-  if (!x->routers || !x->pred_logits || !x->pred || !x->pred_valid || !x->pred_uncached || !x->pf_pending ||
-      !x->pf_useful_at || !x->pf_useful_n)
-    return mole_errorf(MOLE_ERR_NOMEM, "experts: out of memory for the predictor's %lld routers", (long long)L);
+struct experts_predictor {
+  experts_predictor_config cfg;  // routers NULL after creation
+  int depth;                   // layers predicted ahead
+  float *routers;              // [n_layer][n_expert][n_embd] every router in f32 (stacked gates)
+  float *logits;               // [EXPERTS_MAX_DEPTH*n_expert]
+  int32_t *pred;               // [n_layer][EXPERTS_MAX_DEPTH][n_used] experts predicted for a layer, by distance
+  bool *valid;                 // [n_layer][EXPERTS_MAX_DEPTH]
+  bool *uncached;              // [n_layer][EXPERTS_MAX_DEPTH][n_used] not in RAM when predicted
+  double useful;               // moving average: a predicted expert not in RAM was then used
+  double *useful_at;           // [EXPERTS_MAX_DEPTH][n_used] the same per distance and rank of the prediction
+  int64_t *useful_n;           // [EXPERTS_MAX_DEPTH][n_used] samples behind each
+  int64_t correct_at[EXPERTS_MAX_DEPTH], total_at[EXPERTS_MAX_DEPTH];
+  // adaptive prefetch: rounds of a few decode tokens with and without
+  // prefetching, then many with whichever was faster
+  bool on;                     // prefetching in the current phase
+  int wins;                    // consecutive probes prefetching won (on from the second)
+  int phase;                   // PF_PROBE_ON, PF_PROBE_AFTER, PF_PROBE_OFF, PF_RUN
+  int64_t left;                // decode tokens left in the phase
+  int64_t run;                 // tokens of the next run phase: doubles while probes agree
+  int64_t t_token;             // when the current decode token began (us; 0 = none yet)
+  int64_t tokens_then;         // n_tokens at that time (the next token must follow it)
+  double samp[2][PF_SAMPLES];  // decode token times (us) in this round's probe: [without, with and after]
+  double bytes[2], stall[2];   // the same tokens' bytes read and time waiting for reads (sums)
+  int64_t n_samp[2];           // tokens measured
+  int64_t tokens_on;           // decode tokens run with prefetch on (statistics)
+};
+
+mole_status experts_predictor_new(const experts_predictor_config *cfg, experts_predictor **out) {
+  *out = NULL;
+  const int64_t L = cfg->n_layer, X = cfg->n_expert, E = cfg->n_embd, K = cfg->n_used;
+  MOLE_ASSERT(cfg->depth_cfg == -1 || (cfg->depth_cfg >= 1 && cfg->depth_cfg <= EXPERTS_MAX_DEPTH));
+  MOLE_ASSERT(K <= 64);
+  experts_predictor *p = mole_calloc(1, sizeof *p);
+  if (!p) return mole_errorf(MOLE_ERR_NOMEM, "experts: out of memory for the predictor");
+  p->cfg = *cfg;
+  p->cfg.routers = NULL;
+  // adaptive: the layers whose predicted experts fit in a quarter of the
+  // high pool, at most 2 (accuracy falls with the distance)
+  p->depth = cfg->depth_cfg > 0 ? cfg->depth_cfg : (int)MOLE_MAX(1, MOLE_MIN(2, cfg->slots_high / (4 * K)));
+  p->routers = mole_aligned_alloc(64, (size_t)(L * X * E) * sizeof *p->routers);
+  p->logits = mole_malloc((size_t)(EXPERTS_MAX_DEPTH * X) * sizeof *p->logits);
+  p->pred = mole_calloc((size_t)(L * EXPERTS_MAX_DEPTH * K), sizeof *p->pred);
+  p->valid = mole_calloc((size_t)(L * EXPERTS_MAX_DEPTH), sizeof *p->valid);
+  p->uncached = mole_calloc((size_t)(L * EXPERTS_MAX_DEPTH * K), sizeof *p->uncached);
+  p->useful = 1.0;  // optimistic until measured
+  p->useful_at = mole_calloc((size_t)(EXPERTS_MAX_DEPTH * K), sizeof *p->useful_at);
+  p->useful_n = mole_calloc((size_t)(EXPERTS_MAX_DEPTH * K), sizeof *p->useful_n);
+  p->on = true;
+  p->phase = PF_PROBE_ON;
+  p->left = PF_PROBE_TOKENS;
+  p->run = PF_RUN_TOKENS / 2;  // an agreeing first probe runs PF_RUN_TOKENS
   void *row = mole_malloc((size_t)E * sizeof(float));  // a row of any type
-  if (!row) return mole_errorf(MOLE_ERR_NOMEM, "experts: out of memory for the predictor");
+  if (!p->routers || !p->logits || !p->pred || !p->valid || !p->uncached || !p->useful_at || !p->useful_n || !row) {
+    mole_free(row);
+    experts_predictor_free(p);
+    return mole_errorf(MOLE_ERR_NOMEM, "experts: out of memory for the predictor's %lld routers", (long long)L);
+  }
   for (int64_t l = 0; l < L; l++) {
-    const model_tensor *g = &x->m->layers[l].gate_inp;
+    const quant_matrix *g = &cfg->routers[l];
     const quant_traits *tr = quant_traits_of(g->type);
     for (int64_t r = 0; r < X; r++) {
       const void *src = (const char *)g->data + (size_t)r * g->row_bytes;
@@ -85,22 +107,24 @@ mole_status experts_predict_init(experts *x) {
         quant_r16_row(g->type, g->data, E, X, r, row);
         src = row;
       }
-      tr->to_float(src, x->routers + (l * X + r) * E, E);
+      tr->to_float(src, p->routers + (l * X + r) * E, E);
     }
   }
   mole_free(row);
+  *out = p;
   return MOLE_OK;
 }
 
-void experts_predict_free(experts *x) {
-  mole_aligned_free(x->routers);
-  mole_free(x->pred_logits);
-  mole_free(x->pred);
-  mole_free(x->pred_valid);
-  mole_free(x->pred_uncached);
-  mole_free(x->pf_pending);
-  mole_free(x->pf_useful_at);
-  mole_free(x->pf_useful_n);
+void experts_predictor_free(experts_predictor *p) {
+  if (!p) return;
+  mole_aligned_free(p->routers);
+  mole_free(p->logits);
+  mole_free(p->pred);
+  mole_free(p->valid);
+  mole_free(p->uncached);
+  mole_free(p->useful_at);
+  mole_free(p->useful_n);
+  mole_free(p);
 }
 
 typedef struct logits_job {
@@ -149,151 +173,134 @@ bool experts_prefetch_won(experts_probe_side *with, experts_probe_side *without)
 // went unused), then as many without as the baseline (experts_prefetch_won
 // judges). A few tokens' times are noisy, so prefetching is kept only from
 // its second win in a row.
-static void pf_adapt(experts *x) {
-  if (x->depth_cfg != -1 || !x->tiered) return;
+void experts_predictor_token(experts_predictor *p, int64_t n_tokens, const experts_counts *last) {
+  if (p->cfg.depth_cfg != -1 || !p->cfg.tiered) return;
   const int64_t now = mole_time_us();
-  if (x->pf_t_token > 0 && x->n_tokens == x->pf_tokens_then + 1) {
-    const int side = x->pf_phase == PF_PROBE_OFF ? 0 : 1;
-    if (x->pf_phase != PF_RUN && x->pf_n[side] < PF_SAMPLES) {
-      x->pf_samp[side][x->pf_n[side]++] = (double)(now - x->pf_t_token);
-      x->pf_bytes[side] += (double)x->last.bytes_read;
-      x->pf_stall[side] += (double)x->last.stall_us;
+  if (p->t_token > 0 && n_tokens == p->tokens_then + 1) {
+    const int side = p->phase == PF_PROBE_OFF ? 0 : 1;
+    if (p->phase != PF_RUN && p->n_samp[side] < PF_SAMPLES) {
+      p->samp[side][p->n_samp[side]++] = (double)(now - p->t_token);
+      p->bytes[side] += (double)last->bytes_read;
+      p->stall[side] += (double)last->stall_us;
     }
-    x->pf_tokens_on += x->pf_on;
-    if (--x->pf_left <= 0) {
-      x->pf_left = PF_PROBE_TOKENS;
-      if (x->pf_phase == PF_PROBE_ON) {
-        x->pf_phase = PF_PROBE_AFTER;
-        x->pf_on = false;
-      } else if (x->pf_phase == PF_PROBE_AFTER) {
-        x->pf_phase = PF_PROBE_OFF;
-      } else if (x->pf_phase == PF_PROBE_OFF) {
-        experts_probe_side with = {x->pf_samp[1], x->pf_n[1], x->pf_bytes[1], x->pf_stall[1]};
-        experts_probe_side without = {x->pf_samp[0], x->pf_n[0], x->pf_bytes[0], x->pf_stall[0]};
-        const bool was_on = x->pf_wins >= 2;
-        x->pf_wins = experts_prefetch_won(&with, &without) ? x->pf_wins + 1 : 0;
-        x->pf_on = x->pf_wins >= 2;
-        x->pf_phase = PF_RUN;
-        x->pf_run = x->pf_on == was_on ? MOLE_MIN(2 * x->pf_run, PF_RUN_MAX) : PF_RUN_TOKENS;
-        x->pf_left = x->pf_run;
-        for (int k = 0; k < 2; k++) x->pf_n[k] = 0, x->pf_bytes[k] = x->pf_stall[k] = 0;
+    p->tokens_on += p->on;
+    if (--p->left <= 0) {
+      p->left = PF_PROBE_TOKENS;
+      if (p->phase == PF_PROBE_ON) {
+        p->phase = PF_PROBE_AFTER;
+        p->on = false;
+      } else if (p->phase == PF_PROBE_AFTER) {
+        p->phase = PF_PROBE_OFF;
+      } else if (p->phase == PF_PROBE_OFF) {
+        experts_probe_side with = {p->samp[1], p->n_samp[1], p->bytes[1], p->stall[1]};
+        experts_probe_side without = {p->samp[0], p->n_samp[0], p->bytes[0], p->stall[0]};
+        const bool was_on = p->wins >= 2;
+        p->wins = experts_prefetch_won(&with, &without) ? p->wins + 1 : 0;
+        p->on = p->wins >= 2;
+        p->phase = PF_RUN;
+        p->run = p->on == was_on ? MOLE_MIN(2 * p->run, PF_RUN_MAX) : PF_RUN_TOKENS;
+        p->left = p->run;
+        for (int k = 0; k < 2; k++) p->n_samp[k] = 0, p->bytes[k] = p->stall[k] = 0;
       } else {
-        x->pf_phase = PF_PROBE_ON;
-        x->pf_on = true;
+        p->phase = PF_PROBE_ON;
+        p->on = true;
       }
     }
   }
-  x->pf_t_token = now;
-  x->pf_tokens_then = x->n_tokens;
+  p->t_token = now;
+  p->tokens_then = n_tokens;
 }
 
-void experts_predict(experts *x, int64_t layer, const float *h) {
-  if (x->depth == 0) return;
-  if (!x->step_open) {  // the forward pass predicts for one token only
-    experts_begin_step(x, 1);
-    pf_adapt(x);
+// The k largest of v [n] in descending order, ties to the lower index.
+static void top_k(const float *v, int64_t n, int64_t k, int32_t *sel, float *w) {
+  int64_t m = 0;  // kept so far
+  for (int64_t e = 0; e < n; e++) {
+    int64_t i = m;
+    while (i > 0 && v[e] > w[i - 1]) i--;  // after every kept one at least as large
+    if (i >= k) continue;
+    for (int64_t j = MOLE_MIN(m, k - 1); j > i; j--) {
+      sel[j] = sel[j - 1];
+      w[j] = w[j - 1];
+    }
+    sel[i] = (int32_t)e;
+    w[i] = v[e];
+    m = MOLE_MIN(m + 1, k);
   }
-  const model_hparams *hp = &x->m->hp;
-  const int64_t L = hp->n_layer, X = hp->n_expert, E = hp->n_embd, K = hp->n_expert_used;
-  const int64_t d_max = MOLE_MIN((int64_t)x->depth, L - 1 - layer);
-  x->n_pf_pending = 0;
-  x->pf_layer = layer;
-  if (d_max <= 0) return;
-  logits_job job = {x->routers + (layer + 1) * X * E, h, x->pred_logits, d_max * X, E};
-  if (job.rows * E >= 65536) mole_pool_run(x->m->pool, logits_worker, &job);
+}
+
+int64_t experts_predictor_run(experts_predictor *p, int64_t layer, const float *h, experts_request *out) {
+  const experts_predictor_config *c = &p->cfg;
+  const int64_t L = c->n_layer, X = c->n_expert, E = c->n_embd, K = c->n_used;
+  const int64_t d_max = MOLE_MIN((int64_t)p->depth, L - 1 - layer);
+  int64_t n_out = 0;
+  if (d_max <= 0) return 0;
+  logits_job job = {p->routers + (layer + 1) * X * E, h, p->logits, d_max * X, E};
+  if (job.rows * E >= 65536) mole_pool_run(c->pool, logits_worker, &job);
   else logits_worker(&job, 0, 1);
   for (int64_t d = 1; d <= d_max; d++) {
     const int64_t target = layer + d;
-    float *p = x->pred_logits + (d - 1) * X;
+    float *lg = p->logits + (d - 1) * X;
     float mx = -INFINITY;
-    for (int64_t e = 0; e < X; e++) mx = p[e] > mx ? p[e] : mx;
-    for (int64_t e = 0; e < X; e++) p[e] = expf(p[e] - mx);  // unnormalised: only ratios matter below
-    int32_t *sel = x->pred + (target * EXPERTS_MAX_DEPTH + d - 1) * K;
+    for (int64_t e = 0; e < X; e++) mx = lg[e] > mx ? lg[e] : mx;
+    for (int64_t e = 0; e < X; e++) lg[e] = expf(lg[e] - mx);  // unnormalised: only ratios matter below
+    int32_t *sel = p->pred + (target * EXPERTS_MAX_DEPTH + d - 1) * K;
     float wsum = 0, w[64];
-    uint8_t prec[64];
-    MOLE_ASSERT(K <= 64);
-    ops_topk(p, X, K, sel, w);
+    top_k(lg, X, K, sel, w);
     for (int64_t k = 0; k < K; k++) wsum += w[k];
-    x->pred_valid[target * EXPERTS_MAX_DEPTH + d - 1] = true;
-    bool *unc = x->pred_uncached + (target * EXPERTS_MAX_DEPTH + d - 1) * K;
-    const double *useful = x->pf_useful_at + (d - 1) * K;
-    const int64_t *useful_n = x->pf_useful_n + (d - 1) * K;
+    p->valid[target * EXPERTS_MAX_DEPTH + d - 1] = true;
+    bool *unc = p->uncached + (target * EXPERTS_MAX_DEPTH + d - 1) * K;
+    const double *useful = p->useful_at + (d - 1) * K;
+    const int64_t *useful_n = p->useful_n + (d - 1) * K;
     float above = 0;
     for (int64_t k = 0; k < K; k++) {
-      const expert_prec pr = experts_prec_of(x, wsum > 0 ? above / wsum : 0);
+      const expert_prec pr = experts_prec_of(c->t1, c->t2, c->low_in_use, wsum > 0 ? above / wsum : 0);
       above += w[k];
-      prec[k] = (uint8_t)pr;
       unc[k] = false;
-      if (pr == EXPERT_SKIP || !x->tiered) continue;
-      unc[k] = experts_cache_find(&x->cache, pr, target, sel[k]) < 0 &&
-               (pr != EXPERT_LOW || experts_cache_find(&x->cache, EXPERT_HIGH, target, sel[k]) < 0);
-      if (x->depth_cfg > 0 || (x->pf_on && useful_n[k] >= PF_USEFUL_SAMPLES && useful[k] >= PF_USEFUL_MIN))
-        x->pf_pending[x->n_pf_pending++] = (target * X + sel[k]) * 2 + pr;
+      if (pr == EXPERT_SKIP) continue;
+      unc[k] = c->cached && !c->cached(c->ctx, target, sel[k], pr);
+      const bool want = c->depth_cfg > 0 || (p->on && useful_n[k] >= PF_USEFUL_SAMPLES && useful[k] >= PF_USEFUL_MIN);
+      out[n_out++] = (experts_request){target, sel[k], (uint8_t)pr, want};
     }
-    if (x->trace) experts_trace_write_pred(x->trace, layer, target, K, sel, prec);
   }
+  return n_out;
 }
 
-void experts_predict_score(experts *x, int64_t layer, const int32_t *sel, int64_t k) {
-  if (!x->pred_valid) return;
+void experts_predictor_score(experts_predictor *p, int64_t layer, const int32_t *sel, int64_t k, experts_counts *step) {
   for (int d = 0; d < EXPERTS_MAX_DEPTH; d++) {
-    bool *v = &x->pred_valid[layer * EXPERTS_MAX_DEPTH + d];
+    bool *v = &p->valid[layer * EXPERTS_MAX_DEPTH + d];
     if (!*v) continue;
     *v = false;
-    const int32_t *pr = x->pred + (layer * EXPERTS_MAX_DEPTH + d) * k;
-    const bool *unc = x->pred_uncached + (layer * EXPERTS_MAX_DEPTH + d) * k;
+    const int32_t *pr = p->pred + (layer * EXPERTS_MAX_DEPTH + d) * k;
+    const bool *unc = p->uncached + (layer * EXPERTS_MAX_DEPTH + d) * k;
     int64_t ok = 0;
     for (int64_t i = 0; i < k; i++) {
       bool used = false;
       for (int64_t j = 0; j < k; j++) used = used || pr[i] == sel[j];
       ok += used;
       if (!unc[i]) continue;
-      x->pf_useful += PF_USEFUL_ALPHA * ((used ? 1.0 : 0.0) - x->pf_useful);
+      p->useful += PF_USEFUL_ALPHA * ((used ? 1.0 : 0.0) - p->useful);
       // the mean of the samples so far, a moving average once there are enough
-      double *u = &x->pf_useful_at[d * k + i];
-      const int64_t nu = ++x->pf_useful_n[d * k + i];
+      double *u = &p->useful_at[d * k + i];
+      const int64_t nu = ++p->useful_n[d * k + i];
       *u += MOLE_MAX(PF_USEFUL_ALPHA, 1.0 / (double)nu) * ((used ? 1.0 : 0.0) - *u);
     }
-    x->step.pred_correct += ok;
-    x->step.pred_total += k;
-    x->pred_correct_at[d] += ok;
-    x->pred_total_at[d] += k;
+    step->pred_correct += ok;
+    step->pred_total += k;
+    p->correct_at[d] += ok;
+    p->total_at[d] += k;
   }
 }
 
-void experts_prefetch_start(experts *x, int64_t layer) {
-  if (x->pf_layer != layer || x->n_pf_pending == 0) return;
-  const int64_t X = x->m->hp.n_expert;
-  experts_cache *c = &x->cache;
-  experts_reap(x, false);
-  for (int64_t i = 0; i < x->n_pf_pending; i++) {
-    const int p = (int)(x->pf_pending[i] % 2);
-    const int64_t target = x->pf_pending[i] / 2 / X, e = x->pf_pending[i] / 2 % X;
-    if (p == EXPERT_LOW && experts_cache_find(c, EXPERT_HIGH, target, e) >= 0) continue;  // the plan will take it
-    const int64_t s = experts_cache_find(c, p, target, e);
-    if (s >= 0) {
-      // already here: keep it until its layer runs
-      if (!c->slots[p][s].pinned && c->n_soft[p] < x->soft_cap[p]) experts_cache_set_soft(c, p, s, true);
-      continue;
-    }
-    if (c->n_soft[p] >= x->soft_cap[p]) continue;
-    (void)experts_load(x, p, target, e, layer, true);  // no free slot: no prefetch
-  }
-  x->n_pf_pending = 0;
+void experts_predictor_reset(experts_predictor *p) {
+  memset(p->valid, 0, (size_t)(p->cfg.n_layer * EXPERTS_MAX_DEPTH) * sizeof *p->valid);
 }
 
-void experts_prefetch_release(experts *x, int64_t layer) {
-  experts_cache *c = &x->cache;
-  for (int p = 0; p < 2; p++) {
-    if (c->n_soft[p] == 0) continue;
-    for (int64_t s = 0; s < c->n_slots[p]; s++) {
-      experts_slot *sl = &c->slots[p][s];
-      if (!sl->soft || (layer >= 0 && sl->layer != layer)) continue;
-      experts_cache_set_soft(c, p, s, false);
-      if (sl->prefetched) {
-        x->step.prefetch_unused++;
-        sl->prefetched = false;
-      }
-    }
-  }
+void experts_predictor_get_stats(const experts_predictor *p, experts_predictor_stats *out) {
+  memset(out, 0, sizeof *out);
+  out->depth = p->depth;
+  out->useful = p->useful;
+  out->paused = p->cfg.depth_cfg < 0 && !p->on;
+  out->on_tokens = p->tokens_on;
+  memcpy(out->correct_at, p->correct_at, sizeof out->correct_at);
+  memcpy(out->total_at, p->total_at, sizeof out->total_at);
 }

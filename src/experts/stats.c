@@ -15,31 +15,33 @@ void experts_get_stats(const experts *x, experts_stats *o) {
   memcpy(o->weights, x->weights, sizeof o->weights);
   o->t1 = x->t1;
   o->t2 = x->t2;
-  o->prefetch_depth = x->depth;
+  experts_predictor_stats ps = {0};
+  if (x->pred) experts_predictor_get_stats(x->pred, &ps);
+  o->prefetch_depth = ps.depth;
   o->has_low = st->has_low;
   o->budget_bytes = x->tiered ? x->budget : 0;
   for (int p = 0; p < 2; p++) {
     o->expert_bytes[p] = (int64_t)st->total_bytes[p];
     o->slot_bytes[p] = (int64_t)st->slot_bytes[p];
     if (!x->tiered) continue;
-    o->slots[p] = x->cache.n_slots[p];
-    for (int64_t s = 0; s < x->cache.n_slots[p]; s++)
-      if (x->cache.slots[p][s].state == EXPERTS_SLOT_READY) o->resident_bytes += (int64_t)st->slot_bytes[p];
+    o->slots[p] = x->tier.c.n_slots[p];
+    for (int64_t s = 0; s < x->tier.c.n_slots[p]; s++)
+      if (x->tier.c.slots[p][s].state == EXPERTS_SLOT_READY) o->resident_bytes += (int64_t)st->slot_bytes[p];
   }
   if (!x->tiered) o->resident_bytes = (int64_t)(st->total_bytes[0] + st->total_bytes[1]);
   o->tokens = x->n_tokens;
   o->steps = x->n_steps;
   o->total = x->total;
   o->last = x->last;
-  memcpy(o->pred_correct_at, x->pred_correct_at, sizeof o->pred_correct_at);
-  memcpy(o->pred_total_at, x->pred_total_at, sizeof o->pred_total_at);
+  memcpy(o->pred_correct_at, ps.correct_at, sizeof o->pred_correct_at);
+  memcpy(o->pred_total_at, ps.total_at, sizeof o->pred_total_at);
   const experts_counts *t = &o->total;
   const int64_t hits = t->hits[0] + t->hits[1], req = hits + t->misses[0] + t->misses[1];
   o->hit_rate = req ? (double)hits / (double)req : -1;
   o->pred_accuracy = t->pred_total ? (double)t->pred_correct / (double)t->pred_total : -1;
-  o->prefetch_useful = x->pred_uncached ? x->pf_useful : -1;
-  o->prefetch_paused = x->depth_cfg < 0 && x->pred_uncached && !x->pf_on;
-  o->prefetch_on_tokens = x->pf_tokens_on;
+  o->prefetch_useful = x->pred ? ps.useful : -1;
+  o->prefetch_paused = x->pred && ps.paused;
+  o->prefetch_on_tokens = ps.on_tokens;
   o->stall_gbps = t->stall_us > 0 ? (double)t->stall_bytes / ((double)t->stall_us * 1e3) : -1;
   const int64_t busy = x->tiered ? experts_io_busy_us(x->io) : 0;
   o->disk_gbps = busy > 0 && t->bytes_read > 0 ? (double)t->bytes_read / ((double)busy * 1e3) : -1;
@@ -90,7 +92,7 @@ void experts_print_stats(const experts *x, FILE *f) {
         fprintf(f, "%s%d ahead %.1f%%", d ? ", " : "", d + 1, pct(s.pred_correct_at[d], s.pred_total_at[d]));
     fprintf(f, "); %lld prefetched, %lld unused; predicted experts not in RAM used %.0f%% of the time",
             (long long)t->prefetches, (long long)t->prefetch_unused, 100.0 * s.prefetch_useful);
-    if (x->depth_cfg < 0 && x->pred_uncached)
+    if (x->depth_cfg < 0 && x->pred)
       fprintf(f, "; adaptive: prefetching for %lld of the decode tokens, %s now", (long long)s.prefetch_on_tokens,
               s.prefetch_paused ? "paused" : "on");
     fprintf(f, "\n");

@@ -103,7 +103,7 @@ static mole_status find_region(const gguf_file *f, const char *path, int64_t lay
   return MOLE_OK;
 }
 
-static mole_status check_pack_header(const gguf_file *f, const char *path, const model_hparams *hp) {
+static mole_status check_pack_header(const gguf_file *f, const char *path, const experts_dims *d) {
   int64_t v;
   mole_status st = get_key_int(f, path, EXPERTS_PACK_KEY_VERSION, &v);
   if (st) return st;
@@ -113,10 +113,10 @@ static mole_status check_pack_header(const gguf_file *f, const char *path, const
   const struct {
     const char *key;
     int64_t want;
-  } dims[] = {{"mole.pack.n_layer", hp->n_layer},
-              {"mole.pack.n_embd", hp->n_embd},
-              {"mole.pack.n_ff", hp->n_ff_exp},
-              {"mole.pack.n_expert", hp->n_expert}};
+  } dims[] = {{"mole.pack.n_layer", d->n_layer},
+              {"mole.pack.n_embd", d->n_embd},
+              {"mole.pack.n_ff", d->n_ff},
+              {"mole.pack.n_expert", d->n_expert}};
   for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
     if ((st = get_key_int(f, path, dims[i].key, &v))) return st;
     if (v != dims[i].want)
@@ -126,24 +126,24 @@ static mole_status check_pack_header(const gguf_file *f, const char *path, const
   return MOLE_OK;
 }
 
-mole_status experts_store_describe(const gguf_file *f, const char *path, const model_hparams *hp, int64_t layer,
-                                   model_tensor *gate, model_tensor *up, model_tensor *down) {
-  mole_status st = check_pack_header(f, path, hp);
+mole_status experts_store_describe(const gguf_file *f, const char *path, const experts_dims *d, int64_t layer,
+                                   quant_matrix *gate, quant_matrix *up, quant_matrix *down) {
+  mole_status st = check_pack_header(f, path, d);
   if (st) return st;
   experts_layout lo[EXPERTS_PREC_N];
   for (int p = 0; p < EXPERTS_PREC_N; p++) {
-    st = experts_store_read_layout(f, path, p, hp->n_layer, layer, hp->n_embd, hp->n_ff_exp, &lo[p]);
+    st = experts_store_read_layout(f, path, p, d->n_layer, layer, d->n_embd, d->n_ff, &lo[p]);
     if (st == MOLE_ERR_NOT_FOUND && p == 1) break;
     if (st) return st;
-    for (int64_t e = 0; e < hp->n_expert; e++) {
+    for (int64_t e = 0; e < d->n_expert; e++) {
       const gguf_tensor *t;
       if ((st = find_region(f, path, layer, e, p, &lo[p], &t))) return st;
     }
   }
-  model_tensor *out[3] = {gate, up, down};
-  const int64_t ne0[3] = {hp->n_embd, hp->n_embd, hp->n_ff_exp}, ne1[3] = {hp->n_ff_exp, hp->n_ff_exp, hp->n_embd};
+  quant_matrix *out[3] = {gate, up, down};
+  const int64_t ne0[3] = {d->n_embd, d->n_embd, d->n_ff}, ne1[3] = {d->n_ff, d->n_ff, d->n_embd};
   for (int j = 0; j < 3; j++) {
-    *out[j] = (model_tensor){.data = NULL, .type = lo[0].type[j], .ne0 = ne0[j], .ne1 = ne1[j], .ne2 = hp->n_expert};
+    *out[j] = (quant_matrix){.data = NULL, .type = lo[0].type[j], .ne0 = ne0[j], .ne1 = ne1[j], .ne2 = d->n_expert};
     out[j]->row_bytes = quant_row_size(lo[0].type[j], ne0[j]);  // 0 for blobs
     out[j]->mat_bytes = quant_is_blob(lo[0].type[j]) ? lo[0].bytes[j] : out[j]->row_bytes * (size_t)ne1[j];
   }
@@ -210,10 +210,10 @@ int experts_store_extents(const experts_store *s, int p, int64_t layer, int64_t 
 }
 
 void experts_store_views(const experts_store *s, int p, int64_t layer, const void *base, const uint64_t off[3],
-                         const uint8_t *r16, model_tensor out[3]) {
+                         const uint8_t *r16, quant_matrix out[3]) {
   const experts_layout *lo = &s->layout[p][layer];
   for (int j = 0; j < 3; j++) {
-    out[j] = (model_tensor){.data = (const char *)base + off[j], .type = lo->type[j], .ne0 = s->ne0[j],
+    out[j] = (quant_matrix){.data = (const char *)base + off[j], .type = lo->type[j], .ne0 = s->ne0[j],
                             .ne1 = s->ne1[j], .ne2 = 1};
     // in the weights image (r16 given) rows are contiguous; in the file or a slot, the file's rows
     out[j].row_bytes = r16 ? quant_row_size(lo->type[j], s->ne0[j]) : (size_t)lo->stride[j];
@@ -240,7 +240,7 @@ static mole_status load_book(experts_store *s, const gguf_file *f, const char *p
   return st ? mole_error_prefix(st, "%s: tensor '%s': ", path, EXPERTS_TQ_BOOK) : MOLE_OK;
 }
 
-mole_status experts_store_check(const experts_store *s, int p, int64_t layer, int64_t e, const model_tensor v[3]) {
+mole_status experts_store_check(const experts_store *s, int p, int64_t layer, int64_t e, const quant_matrix v[3]) {
   static const char *const names[3] = {"gate", "up", "down"};
   for (int j = 0; j < 3; j++) {
     if (v[j].type != QT_TQ1) continue;  // tq2 blobs have a fixed size and no invalid content
@@ -252,40 +252,39 @@ mole_status experts_store_check(const experts_store *s, int p, int64_t layer, in
   return MOLE_OK;
 }
 
-mole_status experts_store_open(experts_store *s, const mole_model *m) {
+mole_status experts_store_open(experts_store *s, const experts_config *cfg) {
   memset(s, 0, sizeof *s);
-  const model_hparams *hp = &m->hp;
-  const gguf_file *f = m->gguf;
+  const experts_dims d = {cfg->n_layer, cfg->n_expert, cfg->n_embd, cfg->n_ff_exp};
+  const gguf_file *f = cfg->gguf;
   const char *path = gguf_path(f);
   s->f = f;
-  s->n_layer = hp->n_layer;
-  s->n_expert = hp->n_expert;
+  s->n_layer = cfg->n_layer;
+  s->n_expert = cfg->n_expert;
   s->packed = experts_store_is_packed(f);
   // this process's share of each expert: rows [fe0, fe1) of gate and up, those columns of down
-  const int64_t fe0 = m->shard.fe0, Fl = m->loc.n_ff_exp;
-  const int64_t ne0[3] = {hp->n_embd, hp->n_embd, Fl}, ne1[3] = {Fl, Fl, hp->n_embd};
+  const int64_t fe0 = cfg->ff0, Fl = cfg->n_ff_local;
+  const int64_t ne0[3] = {d.n_embd, d.n_embd, Fl}, ne1[3] = {Fl, Fl, d.n_embd};
   memcpy(s->ne0, ne0, sizeof ne0);
   memcpy(s->ne1, ne1, sizeof ne1);
-  const size_t nk = (size_t)(hp->n_layer * hp->n_expert) * 3;
+  const size_t nk = (size_t)(d.n_layer * d.n_expert) * 3;
   const char *base = gguf_base(f);
   mole_status st = MOLE_OK;
-  if (s->packed && (st = check_pack_header(f, path, hp))) return st;
+  if (s->packed && (st = check_pack_header(f, path, &d))) return st;
   s->has_low = s->packed;
   const int n_prec = s->packed ? 2 : 1;
   s->region_lo = UINT64_MAX;
   for (int p = 0; p < n_prec && !st; p++) {
-    s->layout[p] = mole_calloc((size_t)hp->n_layer, sizeof *s->layout[p]);
+    s->layout[p] = mole_calloc((size_t)d.n_layer, sizeof *s->layout[p]);
     s->mat_off[p] = mole_malloc(nk * sizeof *s->mat_off[p]);
     if (!s->layout[p] || !s->mat_off[p]) {
       st = mole_errorf(MOLE_ERR_NOMEM, "%s: out of memory for the expert table", path);
       break;
     }
-    for (int64_t l = 0; l < hp->n_layer && !st; l++) {
+    for (int64_t l = 0; l < d.n_layer && !st; l++) {
       experts_layout *lo = &s->layout[p][l];
-      const model_layer *ly = &m->layers[l];
-      const model_tensor *t[3] = {&ly->gate_exps, &ly->up_exps, &ly->down_exps};
+      const quant_matrix *t = cfg->stacks + l * 3;  // gate, up, down
       if (s->packed) {
-        st = experts_store_read_layout(f, path, p, hp->n_layer, l, hp->n_embd, hp->n_ff_exp, lo);
+        st = experts_store_read_layout(f, path, p, d.n_layer, l, d.n_embd, d.n_ff, lo);
         if (st == MOLE_ERR_NOT_FOUND && p == 1) {
           s->has_low = false;
           st = MOLE_OK;
@@ -294,27 +293,27 @@ mole_status experts_store_open(experts_store *s, const mole_model *m) {
         // the share within each matrix of the region (packed files hold whole matrices)
         for (int j = 0; !st && j < 3; j++) {
           if (!quant_is_blob(lo->type[j])) continue;
-          if (Fl != hp->n_ff_exp)  // a blob's rows cannot be sliced
+          if (Fl != d.n_ff)  // a blob's rows cannot be sliced
             st = mole_errorf(MOLE_ERR_UNSUPPORTED, "%s: compressed experts (%s) cannot be split across processes", path,
                              quant_type_name(lo->type[j]));
           if (lo->type[j] == QT_TQ1 && !s->book && !st) st = load_book(s, f, path);
         }
         for (int j = 0; !st && j < 3; j++) {
           if (quant_is_blob(lo->type[j])) continue;
-          lo->stride[j] = quant_row_size(lo->type[j], j < 2 ? hp->n_embd : hp->n_ff_exp);
+          lo->stride[j] = quant_row_size(lo->type[j], j < 2 ? d.n_embd : d.n_ff);
           lo->offsets[j] += j < 2 ? (uint64_t)fe0 * lo->stride[j] : quant_row_size(lo->type[j], fe0);
         }
       } else {
         for (int j = 0; j < 3; j++) {  // the bound stacks are the share already
-          lo->type[j] = t[j]->type;
-          lo->stride[j] = t[j]->row_bytes;
+          lo->type[j] = t[j].type;
+          lo->stride[j] = t[j].row_bytes;
         }
       }
       for (int j = 0; !st && j < 3; j++)
         if (!quant_is_blob(lo->type[j]))
           lo->bytes[j] = (uint64_t)(ne1[j] - 1) * lo->stride[j] + quant_row_size(lo->type[j], ne0[j]);
-      for (int64_t e = 0; e < hp->n_expert && !st; e++) {
-        uint64_t *off = s->mat_off[p] + (l * hp->n_expert + e) * 3;
+      for (int64_t e = 0; e < d.n_expert && !st; e++) {
+        uint64_t *off = s->mat_off[p] + (l * d.n_expert + e) * 3;
         if (s->packed) {
           const gguf_tensor *rt;
           if ((st = find_region(f, path, l, e, p, lo, &rt))) break;
@@ -325,8 +324,8 @@ mole_status experts_store_open(experts_store *s, const mole_model *m) {
           s->file_bytes += lo->region;
         } else {
           for (int j = 0; j < 3; j++) {
-            MOLE_ASSERT(t[j]->data);
-            off[j] = (uint64_t)((const char *)t[j]->data - base) + (uint64_t)e * t[j]->mat_bytes;
+            MOLE_ASSERT(t[j].data);
+            off[j] = (uint64_t)((const char *)t[j].data - base) + (uint64_t)e * t[j].mat_bytes;
             s->region_lo = MOLE_MIN(s->region_lo, off[j]);
             s->region_hi = MOLE_MAX(s->region_hi, off[j] + lo->bytes[j]);
           }
@@ -336,8 +335,8 @@ mole_status experts_store_open(experts_store *s, const mole_model *m) {
     }
     if (st || (p == 1 && !s->has_low)) break;
     // the largest slot any expert needs
-    for (int64_t l = 0; l < hp->n_layer; l++)
-      for (int64_t e = 0; e < hp->n_expert; e++) {
+    for (int64_t l = 0; l < d.n_layer; l++)
+      for (int64_t e = 0; e < d.n_expert; e++) {
         experts_extent ext[3];
         size_t mb[3];
         const int n = experts_store_extents(s, p, l, e, ext, mb);

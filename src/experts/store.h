@@ -10,7 +10,7 @@
 #ifndef MOLE_EXPERTS_STORE_H
 #define MOLE_EXPERTS_STORE_H
 
-#include "model/model.h"
+#include "experts/experts.h"
 
 #define EXPERTS_PACK_VERSION 1
 // metadata keys of a packed file
@@ -40,7 +40,7 @@ typedef struct experts_store {
   const gguf_file *f;
   bool packed, has_low;
   int64_t n_layer, n_expert;
-  int64_t ne0[3], ne1[3];                  // shape of gate, up, down (this process's share: model_shard)
+  int64_t ne0[3], ne1[3];                  // shape of gate, up, down (this process's share)
   experts_layout *layout[EXPERTS_PREC_N];  // [n_layer]
   uint64_t *mat_off[EXPERTS_PREC_N];       // [n_layer][n_expert][3] file offsets of the matrices
   size_t slot_bytes[EXPERTS_PREC_N];       // a cache slot for one expert (aligned extents)
@@ -52,12 +52,17 @@ typedef struct experts_store {
 
 // Whether f is a packed expert store (has mole.pack.version).
 bool experts_store_is_packed(const gguf_file *f);
+// The model's dimensions a packed file must match.
+typedef struct experts_dims {
+  int64_t n_layer, n_expert, n_embd, n_ff;  // n_ff: an expert's FFN width
+} experts_dims;
+
 // For the model loader on a packed file: shape and high-precision type of a
 // layer's expert stacks, from the mole.pack.* metadata, checked against the
-// hparams and the region tensors of that layer. data is NULL: the experts
-// are reached only through the provider.
-mole_status experts_store_describe(const gguf_file *f, const char *path, const model_hparams *hp, int64_t layer,
-                                   model_tensor *gate, model_tensor *up, model_tensor *down);
+// model's dimensions and the region tensors of that layer. data is NULL: the
+// experts are reached only through the provider.
+mole_status experts_store_describe(const gguf_file *f, const char *path, const experts_dims *d, int64_t layer,
+                                   quant_matrix *gate, quant_matrix *up, quant_matrix *down);
 
 // Page-cache hints for the mapping of f. Before the loader touches it (and
 // only when f has expert tensors): MADV_RANDOM, so that faulting a norm vector does not read megabytes of
@@ -67,7 +72,7 @@ mole_status experts_store_describe(const gguf_file *f, const char *path, const m
 void experts_store_advise_load(const gguf_file *f);
 void experts_store_advise_mode(const gguf_file *f, bool tiered);
 
-mole_status experts_store_open(experts_store *s, const mole_model *m);
+mole_status experts_store_open(experts_store *s, const experts_config *cfg);
 void experts_store_free(experts_store *s);
 // The reads that bring (layer, e) in precision p into a slot (1..3 extents)
 // and where each matrix lands in the slot (mat_buf[3]). Returns the count.
@@ -77,11 +82,11 @@ int experts_store_extents(const experts_store *s, int p, int64_t layer, int64_t 
 // base + off[j] (the mapping: gguf_base; a slot: its buffer with mat_buf;
 // the weights image: r16[j] says which are QL_R16 there; NULL: none).
 void experts_store_views(const experts_store *s, int p, int64_t layer, const void *base, const uint64_t off[3],
-                         const uint8_t *r16, model_tensor out[3]);
+                         const uint8_t *r16, quant_matrix out[3]);
 // Compressed (blob) matrices of (layer, e) in precision p, as views: checks
 // each blob (quant_tq.h) so that no kernel runs on a malformed one; MOLE_OK
 // at once for other types. Errors name the file, layer, expert and matrix.
-mole_status experts_store_check(const experts_store *s, int p, int64_t layer, int64_t e, const model_tensor v[3]);
+mole_status experts_store_check(const experts_store *s, int p, int64_t layer, int64_t e, const quant_matrix v[3]);
 // Reads the layout of one layer in precision p of a packed file.
 // MOLE_ERR_NOT_FOUND without a message when the file has
 // no such precision.

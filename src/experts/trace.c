@@ -1,13 +1,12 @@
-// Routing trace: writing it during a run and replaying it through the cache
-// (mole cachesim). The replay applies the same rules as the provider: a
-// cached high copy is taken instead of loading a low one, a layer's experts
-// are pinned while it runs, prefetched copies are soft-pinned until their
-// layer runs or the step ends.
+// Routing trace: writing it during a run and replaying it through the
+// provider's slot rules (tier.c) for mole cachesim.
 #include "experts/trace.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "experts/tier.h"
 
 #define TRACE_MAGIC "mole-trace"
 #define TRACE_VERSION 1
@@ -20,9 +19,9 @@
 mole_status experts_trace_begin(const char *path, const experts_trace_header *h, FILE **out) {
   FILE *f = fopen(path, "w");
   if (!f) return mole_errorf(MOLE_ERR_IO, "%s: cannot create the routing trace: %s", path, strerror(errno));
-  fprintf(f, "%s %d layers %lld experts %lld used %lld slot_high %lld slot_low %lld low %d\n", TRACE_MAGIC,
+  fprintf(f, "%s %d layers %lld experts %lld used %lld slot_high %lld slot_low %lld low %d align %lld\n", TRACE_MAGIC,
           TRACE_VERSION, (long long)h->n_layer, (long long)h->n_expert, (long long)h->n_used,
-          (long long)h->slot_bytes[0], (long long)h->slot_bytes[1], h->low_in_use ? 1 : 0);
+          (long long)h->slot_bytes[0], (long long)h->slot_bytes[1], h->low_in_use ? 1 : 0, (long long)h->align);
   *out = f;
   return MOLE_OK;
 }
@@ -38,12 +37,12 @@ void experts_trace_write_layer(FILE *f, int64_t layer, int64_t n_expert, const i
   fprintf(f, " skip %lld\n", (long long)skips);
 }
 
-void experts_trace_write_pred(FILE *f, int64_t layer, int64_t target, int64_t k, const int32_t *sel,
-                              const uint8_t *prec) {
-  fprintf(f, "P %lld %lld", (long long)layer, (long long)target);
-  for (int64_t j = 0; j < k; j++)
-    if (prec[j] != EXPERT_SKIP) fprintf(f, " %d:%c", sel[j], prec[j] == EXPERT_LOW ? 'l' : 'h');
-  fputc('\n', f);
+void experts_trace_write_pred(FILE *f, int64_t layer, const experts_request *req, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    if (i == 0 || req[i].layer != req[i - 1].layer) fprintf(f, "%sP %lld %lld", i ? "\n" : "", (long long)layer, (long long)req[i].layer);
+    fprintf(f, " %d:%c", req[i].expert, req[i].prec == EXPERT_LOW ? 'l' : 'h');
+  }
+  if (n) fputc('\n', f);
 }
 
 mole_status experts_trace_end(FILE *f, const char *path) {
@@ -64,15 +63,17 @@ mole_status experts_trace_end(FILE *f, const char *path) {
 // precision (it serves both), a low copy's the next low one (never while the
 // high copy is cached: requests take that one; cache.c). A first pass
 // over the trace finds them (next_any, next_low): O(requests) memory, and
-// the replay stays O(requests * slots) like the other policies.
+// the replay stays O(requests * slots) like the other policies. As a group
+// of the layer is served (tier.h's serve hook) its copies' next requests
+// move past its entries.
 //
 // With one precision in use this is the exact offline optimum under the
 // simulator's rules: the pins of a layer's wave are fixed by the trace alone
-// (a wave holds the next n_slots experts of the L record whatever the
-// policy), and MIN choosing among the unpinned copies stays optimal
-// (Belady's exchange argument carries over to pins that depend on the trace
-// alone; test_experts_cache checks it against an exhaustive search of every
-// eviction choice). Its hits bound every policy's.
+// (a wave holds the next n_slots experts of the layer, in expert order,
+// whatever the policy), and MIN choosing among the unpinned copies stays
+// optimal (Belady's exchange argument carries over to pins that depend on
+// the trace alone; test_experts_cache checks it against an exhaustive search
+// of every eviction choice). Its hits bound every policy's.
 //
 // With two precisions sharing one arena (variable-size copies that evict
 // what their bytes overlap, and a low request served by either copy) the
@@ -86,15 +87,25 @@ mole_status experts_trace_end(FILE *f, const char *path) {
 // of experts requested (a request repeating the one before it in its L
 // record, which the replay serves from the same pinned copy or counts as a
 // low request that a relaxed hit already covers, is dropped).
+
+// A prefetch of a P record, waiting for the plan of the layer it was made at.
+typedef struct sim_pf {
+  int64_t layer, target, expert;
+  int p;
+} sim_pf;
+
 typedef struct sim {
-  experts_cache c;
+  tier t;
   experts_sim_result *r;
-  int64_t *req;  // [2*n_expert] the requests of one L record
-  uint8_t *req_low;  // [2*n_expert] each request was low in the trace (belady)
-  int64_t soft_cap[2];
   const char *path;
   int64_t line;
+  bool in_step;
   int64_t step_tokens;  // tokens of the current s record (bounds an L record's counts)
+  int64_t *grp;         // [2*n_expert] tokens of each (expert, precision) group of an L record, as served
+  int64_t *planned;     // [2*n_expert] its entries as the trace gives them (each at most once)
+  int64_t *grp_ent;     // [2*n_expert][2] the entries (request indices) each group serves, -1: none
+  sim_pf *pf;           // the P records since the last L record
+  int64_t n_pf, cap_pf;
   // belady
   bool scan;            // first pass: only collect the requests
   int64_t n_ent, cap_ent;  // requests (L record entries) of the trace
@@ -112,63 +123,25 @@ static mole_status bad_line(const sim *s, const char *what) {
   return mole_errorf(MOLE_ERR_FORMAT, "%s: line %lld: %s", s->path, (long long)s->line, what);
 }
 
-// Brings (layer, e, p) in: a hit, or a miss that takes the lowest-priority
-// slot; MOLE_ERR_NOMEM (no message) when every slot is pinned.
-static mole_status sim_load(sim *s, int p, int64_t layer, int64_t e, int64_t layer_now, bool soft) {
-  experts_cache *c = &s->c;
-  int64_t slot = experts_cache_find(c, p, layer, e);
-  if (slot >= 0) {
-    experts_slot *sl = &c->slots[p][slot];
-    if (soft) {
-      if (!sl->pinned && c->n_soft[p] < s->soft_cap[p]) experts_cache_set_soft(c, p, slot, true);
-      return MOLE_OK;
-    }
-    if (sl->pinned) return MOLE_OK;
-    s->r->c.hits[p]++;
-    if (sl->prefetched) {
-      s->r->c.prefetch_hits[p]++;
-      sl->prefetched = false;
-    }
-    experts_cache_set_soft(c, p, slot, false);
-  } else {
-    if (soft && c->n_soft[p] >= s->soft_cap[p]) return MOLE_OK;
-    slot = experts_cache_victim(c, p, layer_now, !soft);
-    if (slot < 0) return soft ? MOLE_OK : MOLE_ERR_NOMEM;  // no message: the caller decides
-    experts_cache_assign(c, p, slot, layer, e);
-    c->slots[p][slot].state = EXPERTS_SLOT_READY;
-    s->r->c.bytes_read += s->r->h.slot_bytes[p];
-    s->r->c.reads++;
-    if (soft) {
-      experts_cache_set_soft(c, p, slot, true);
-      c->slots[p][slot].prefetched = true;
-      s->r->c.prefetches++;
-      return MOLE_OK;
-    }
-    s->r->c.misses[p]++;
-  }
-  c->slots[p][slot].pinned = true;
-  return MOLE_OK;
+// The tier's hooks: a read lands at once; belady's look-ahead moves past the
+// entries a group serves (idempotent: a waiting group is served again).
+static void sim_read(void *ctx, int p, int64_t slot, int64_t layer, int64_t e, bool prefetch) {
+  (void)layer, (void)e, (void)prefetch;
+  sim *s = ctx;
+  s->r->c.bytes_read += s->r->h.slot_bytes[p];
+  s->r->c.reads++;
+  tier_landed(&s->t, p, slot);
 }
 
-static void sim_release(sim *s, int64_t layer) {
-  experts_cache *c = &s->c;
-  for (int p = 0; p < 2; p++)
-    for (int64_t i = 0; i < c->n_slots[p] && c->n_soft[p] > 0; i++) {
-      experts_slot *sl = &c->slots[p][i];
-      if (!sl->soft || (layer >= 0 && sl->layer != layer)) continue;
-      experts_cache_set_soft(c, p, i, false);
-      if (sl->prefetched) {
-        s->r->c.prefetch_unused++;
-        sl->prefetched = false;
-      }
-    }
-}
-
-static void sim_unpin(sim *s, int64_t layer, const int64_t *req, int64_t n) {
-  for (int64_t i = 0; i < n; i++) {
-    const int p = (int)(req[i] % 2);
-    const int64_t slot = experts_cache_find(&s->c, p, layer, req[i] / 2);
-    s->c.slots[p][slot].pinned = false;
+static void sim_serve(void *ctx, int64_t layer, int64_t e, int p) {
+  sim *s = ctx;
+  const int64_t k = layer * s->t.c.n_expert + e;
+  for (int i = 0; i < 2; i++) {
+    const int64_t j = s->grp_ent[(2 * e + p) * 2 + i];
+    if (j < 0) continue;
+    MOLE_ASSERT(j < s->n_ent && s->ent_key[j] == k);
+    s->nxt[0][k] = s->next_any[j];
+    if (s->ent_flags[j] & ENT_LOW) s->nxt[1][k] = s->next_low[j];
   }
 }
 
@@ -191,7 +164,7 @@ static mole_status scan_request(sim *s, int64_t key, bool low, bool first) {
 // After the first pass: each request's next one of the same expert (either
 // precision) and the next low one, and where each copy's first is.
 static mole_status belady_prepare(sim *s) {
-  const int64_t n = s->n_ent, LX = s->c.n_layer * s->c.n_expert;
+  const int64_t n = s->n_ent, LX = s->t.c.n_layer * s->t.c.n_expert;
   s->next_any = mole_malloc((size_t)MOLE_MAX(n, 1) * sizeof *s->next_any);
   s->next_low = mole_malloc((size_t)MOLE_MAX(n, 1) * sizeof *s->next_low);
   for (int q = 0; q < 2; q++) s->nxt[q] = mole_malloc((size_t)LX * sizeof *s->nxt[q]);
@@ -205,8 +178,8 @@ static mole_status belady_prepare(sim *s) {
     s->nxt[0][k] = i;
     if (s->ent_flags[i] & ENT_LOW) s->nxt[1][k] = i;
   }
-  s->c.next_use[0] = s->nxt[0];
-  s->c.next_use[1] = s->nxt[1];
+  s->t.c.next_use[0] = s->nxt[0];
+  s->t.c.next_use[1] = s->nxt[1];
   return MOLE_OK;
 }
 
@@ -248,7 +221,7 @@ static heap_ent heap_pop(heap_ent *h, int64_t *n) {
 // no pins on the experts requested, repeats dropped. O(n log n): a max-heap
 // of next requests, stale entries skipped when popped.
 static mole_status belady_relaxed(const sim *s, int64_t cap, int64_t *hits, int64_t *n_req) {
-  const int64_t n = s->n_ent, LX = s->c.n_layer * s->c.n_expert;
+  const int64_t n = s->n_ent, LX = s->t.c.n_layer * s->t.c.n_expert;
   heap_ent *h = mole_malloc((size_t)MOLE_MAX(n, 1) * sizeof *h);
   int64_t *cur = mole_malloc((size_t)LX * sizeof *cur);  // next request of a resident expert, -1 when not
   if (!h || !cur) {
@@ -286,16 +259,20 @@ static mole_status belady_relaxed(const sim *s, int64_t cap, int64_t *hits, int6
   return MOLE_OK;
 }
 
-// "L layer e:p:n ... skip S"
+// "L layer e:p:n ... skip S": the layer's plan, its prefetches, then its
+// groups as the forward pass computes them.
 static mole_status sim_layer(sim *s, char *rest) {
-  experts_cache *c = &s->c;
-  const int64_t X = c->n_expert;
+  tier *t = &s->t;
+  const int64_t X = t->c.n_expert;
   char *save = NULL, *tok = strtok_r(rest, " \n", &save);
   char *end;
   if (!tok) return bad_line(s, "L record without a layer");
   const long long layer = strtoll(tok, &end, 10);
-  if (*end || layer < 0 || layer >= c->n_layer) return bad_line(s, "bad layer number");
-  int64_t *req = s->req, n_req = 0;
+  if (*end || layer < 0 || layer >= t->c.n_layer) return bad_line(s, "bad layer number");
+  memset(s->grp, 0, (size_t)(2 * X) * sizeof *s->grp);
+  memset(s->planned, 0, (size_t)(2 * X) * sizeof *s->planned);
+  for (int64_t g = 0; g < 4 * X; g++) s->grp_ent[g] = -1;
+  int64_t n_req = 0;
   while ((tok = strtok_r(NULL, " \n", &save))) {
     if (!strcmp(tok, "skip")) {
       tok = strtok_r(NULL, " \n", &save);
@@ -311,55 +288,44 @@ static mole_status sim_layer(sim *s, char *rest) {
     if (sscanf(tok, "%lld:%c:%lld", &e, &pc, &n) != 3 || e < 0 || e >= X || (pc != 'h' && pc != 'l') || n <= 0)
       return bad_line(s, "expected EXPERT:h|l:TOKENS");
     if (n > s->step_tokens) return bad_line(s, "an expert with more tokens than its step has");
-    if (n_req == 2 * X) return bad_line(s, "more entries than experts");
+    const int p = pc == 'l';
+    if (s->planned[2 * e + p]) return bad_line(s, "an expert twice in one precision");
+    s->planned[2 * e + p] = n;
     if (s->scan) {
-      mole_status st = scan_request(s, layer * X + e, pc == 'l', n_req == 0);
+      mole_status st = scan_request(s, layer * X + e, p, n_req == 0);
       if (st) return st;
       n_req++;
       continue;
     }
-    s->req_low[n_req] = pc == 'l';
-    int p = pc == 'l';
-    // the low budget may be absent (low copies not in use): high then
-    if (p == 1 && c->n_slots[1] == 0) p = 0;
-    // a cached high copy beats loading a low one
-    if (p == 1 && experts_cache_find(c, 0, layer, e) >= 0) p = 0;
-    experts_cache_touch(c, layer, e, n, p == 0 ? n : 0);
-    req[n_req++] = e * 2 + p;
+    const int64_t g = 2 * e + tier_serve_prec(t, layer, e, (expert_prec)p);
+    s->grp[g] += n;
+    s->grp_ent[2 * g + (s->grp_ent[2 * g] >= 0)] = s->pos + n_req++;
   }
   if (s->scan) return MOLE_OK;
-  // as the forward pass does: when the layer's experts do not all fit, the
-  // ones pinned so far are computed and released (a wave), then the rest
-  int64_t wave = 0;  // requests [wave, i) are pinned
-  for (int64_t i = 0; i < n_req; i++) {
-    const int p = (int)(req[i] % 2);
-    if (s->nxt[0]) {
-      // belady: the copies of this expert next serve these requests
-      const int64_t j = s->pos + i, k = layer * X + req[i] / 2;
-      MOLE_ASSERT(j < s->n_ent && s->ent_key[j] == k);
-      s->nxt[0][k] = s->next_any[j];
-      if (s->req_low[i]) s->nxt[1][k] = s->next_low[j];
-    }
-    mole_status st = sim_load(s, p, layer, req[i] / 2, layer, false);
-    if (st == MOLE_ERR_NOMEM && i > wave) {
-      sim_unpin(s, layer, req + wave, i - wave);
-      wave = i;
-      st = sim_load(s, p, layer, req[i] / 2, layer, false);
-    }
-    if (st == MOLE_ERR_NOMEM)
+  tier_begin_layer(t, layer, s->grp);
+  for (int64_t i = 0; i < s->n_pf; i++)
+    if (s->pf[i].layer == layer) tier_prefetch(t, layer, s->pf[i].target, s->pf[i].expert, (expert_prec)s->pf[i].p);
+  s->n_pf = 0;
+  // the groups without a slot take those of the computed ones (waves)
+  while (tier_waiting(t) > 0) {
+    for (int64_t g = 0; g < 2 * X; g++)
+      if (t->gstate[g] == TIER_PINNED) tier_release(t, layer, g / 2, (int)(g % 2));
+    if (!tier_refill(t)) {
+      int p = 0;
+      for (int64_t g = 2 * X - 1; g >= 0; g--)
+        if (t->gstate[g] == TIER_WAITING) p = (int)(g % 2);
       return mole_errorf(MOLE_ERR_ARG, "%s: line %lld: the budget's %lld %s-precision slots cannot hold one of layer %lld's experts",
-                         s->path, (long long)s->line, (long long)c->n_slots[p], p ? "low" : "high", (long long)layer);
-    if (st) return st;
+                         s->path, (long long)s->line, (long long)t->c.n_slots[p], p ? "low" : "high", layer);
+    }
   }
-  sim_unpin(s, layer, req + wave, n_req - wave);
-  sim_release(s, layer);
+  tier_layer_done(t, layer);
   s->pos += n_req;
   return MOLE_OK;
 }
 
-// "P layer target e:p ..."
+// "P layer target e:p ...": prefetches for the plan of `layer`.
 static mole_status sim_pred(sim *s, char *rest) {
-  experts_cache *c = &s->c;
+  const experts_cache *c = &s->t.c;
   long long layer, target;
   int used;
   if (sscanf(rest, "%lld %lld%n", &layer, &target, &used) != 2 || layer < 0 || target <= layer || target >= c->n_layer)
@@ -370,54 +336,56 @@ static mole_status sim_pred(sim *s, char *rest) {
     char pc;
     if (sscanf(tok, "%lld:%c", &e, &pc) != 2 || e < 0 || e >= c->n_expert || (pc != 'h' && pc != 'l'))
       return bad_line(s, "expected EXPERT:h|l");
-    int p = pc == 'l' && c->n_slots[1] > 0;
-    if (p == 1 && experts_cache_find(c, 0, target, e) >= 0) continue;
-    mole_status st = sim_load(s, p, target, e, layer, true);
-    if (st) return st;
+    if (s->n_pf == s->cap_pf) {
+      const int64_t cap = MOLE_MAX(64, 2 * s->cap_pf);
+      sim_pf *pf = mole_realloc(s->pf, (size_t)cap * sizeof *pf);
+      if (!pf) return mole_errorf(MOLE_ERR_NOMEM, "cachesim: out of memory for %lld prefetches", (long long)cap);
+      s->pf = pf;
+      s->cap_pf = cap;
+    }
+    s->pf[s->n_pf++] = (sim_pf){layer, target, e, pc == 'l'};
   }
   return MOLE_OK;
 }
 
 static mole_status read_header(sim *s, const char *line, experts_trace_header *h) {
-  int ver, low;
-  long long L, X, K, sh, sl;
-  if (sscanf(line, TRACE_MAGIC " %d layers %lld experts %lld used %lld slot_high %lld slot_low %lld low %d", &ver, &L,
-             &X, &K, &sh, &sl, &low) != 7)
+  int ver, low, used = 0;
+  long long L, X, K, sh, sl, align = 1;
+  if (sscanf(line, TRACE_MAGIC " %d layers %lld experts %lld used %lld slot_high %lld slot_low %lld low %d%n", &ver, &L,
+             &X, &K, &sh, &sl, &low, &used) != 7)
     return bad_line(s, "not a mole routing trace (expected a 'mole-trace 1 ...' header)");
   if (ver != TRACE_VERSION) return bad_line(s, "unsupported trace version");
+  int more = 0;
+  if (sscanf(line + used, " align %lld%n", &align, &more) == 1) used += more;
   if (L < 1 || L > 4096 || X < 1 || X > 4096 || K < 1 || K > X || sh <= 0 || sh > TRACE_SLOT_MAX || sl < 0 ||
-      sl > TRACE_SLOT_MAX)
+      sl > TRACE_SLOT_MAX || align < 1 || align > TRACE_SLOT_MAX)
     return bad_line(s, "header values out of range");
-  *h = (experts_trace_header){L, X, K, {sh, sl}, low != 0};
+  // a low tier needs its slots' size
+  *h = (experts_trace_header){L, X, K, {sh, sl}, low != 0 && sl > 0, align};
   return MOLE_OK;
 }
 
-// The header: the budget, the slots, the cache.
+// The header: the budget, the slots, the tier.
 static mole_status sim_setup(sim *s, const char *line, const experts_sim_params *p) {
   experts_sim_result *out = s->r;
   mole_status st = read_header(s, line, &out->h);
   if (st) return st;
   const experts_trace_header *h = &out->h;
   out->budget = p->budget > 0 ? p->budget
-                              : (int64_t)(p->budget_frac * (double)(h->n_layer * h->n_expert) *
-                                          (double)(h->slot_bytes[0] + (h->low_in_use ? h->slot_bytes[1] : 0)));
-  // the same shared arena as the provider (experts.c open_tiered)
-  const int64_t LX = h->n_layer * h->n_expert, lo_b = h->low_in_use ? h->slot_bytes[1] : 0;
-  int64_t arena = MOLE_MIN(out->budget, LX * (h->slot_bytes[0] + lo_b));
-  experts_cache_split(arena, h->slot_bytes[0], h->slot_bytes[1], h->low_in_use, &out->slots[0], &out->slots[1]);
-  for (int q = 0; q < 2; q++) out->slots[q] = MOLE_MIN(out->slots[q], LX);
-  if (!h->low_in_use) arena = out->slots[0] * h->slot_bytes[0];
-  if (out->slots[0] < h->n_used || (h->low_in_use && out->budget / (h->slot_bytes[0] + lo_b) < h->n_used))
+                              : tier_budget_of(p->budget_frac, h->n_layer, h->n_expert, h->slot_bytes, h->low_in_use);
+  // the provider's pools for this budget (experts.c open_tiered)
+  const tier_params tp = {h->n_layer, h->n_expert, h->n_used, {h->slot_bytes[0], h->slot_bytes[1]}, h->low_in_use,
+                          out->budget, h->align, p->policy, {p->weights[0], p->weights[1], p->weights[2], p->weights[3]}};
+  const tier_hooks hooks = {s, sim_read, NULL, NULL, p->policy == EXPERTS_POLICY_BELADY ? sim_serve : NULL};
+  int64_t arena;
+  if (!tier_pools(&tp, &arena, out->slots))
     return mole_errorf(MOLE_ERR_ARG, "--budget %lld bytes holds %lld high-precision slots of %lld bytes; a token needs %lld",
                        (long long)out->budget, (long long)out->slots[0], (long long)h->slot_bytes[0], (long long)h->n_used);
-  if ((st = experts_cache_init(&s->c, h->n_layer, h->n_expert, out->slots[0], out->slots[1], p->policy, p->weights)))
-    return st;
-  if (out->slots[0] > 0) experts_cache_share(&s->c, arena, h->slot_bytes[0], h->slot_bytes[1]);
-  s->soft_cap[0] = out->slots[0] / 2;
-  s->soft_cap[1] = out->slots[1] / 2;
-  s->req = mole_calloc((size_t)(2 * h->n_expert), sizeof *s->req);
-  s->req_low = mole_calloc((size_t)(2 * h->n_expert), sizeof *s->req_low);
-  if (!s->req || !s->req_low) return mole_errorf(MOLE_ERR_NOMEM, "cachesim: out of memory");
+  if ((st = tier_init(&s->t, &tp, &hooks, &out->c))) return st;
+  s->grp = mole_calloc((size_t)(2 * h->n_expert), sizeof *s->grp);
+  s->planned = mole_calloc((size_t)(2 * h->n_expert), sizeof *s->planned);
+  s->grp_ent = mole_calloc((size_t)(4 * h->n_expert), sizeof *s->grp_ent);
+  if (!s->grp || !s->planned || !s->grp_ent) return mole_errorf(MOLE_ERR_NOMEM, "cachesim: out of memory");
   return MOLE_OK;
 }
 
@@ -437,11 +405,10 @@ static mole_status sim_records(sim *s, FILE *f, char **line, size_t *cap, bool p
       in_step = true;
       s->step_tokens = n;
       if (s->scan) continue;
-      if (out->steps) {
-        sim_release(s, -1);
-        experts_cache_end_step(&s->c);
-      }
-      experts_cache_begin_step(&s->c, n);
+      if (s->in_step) tier_step_done(&s->t);
+      tier_begin_step(&s->t, n);
+      s->in_step = true;
+      s->n_pf = 0;
       out->steps++;
       out->tokens += n;
     } else if (l[0] == 'L' && l[1] == ' ' && in_step) {
@@ -451,6 +418,10 @@ static mole_status sim_records(sim *s, FILE *f, char **line, size_t *cap, bool p
     } else {
       st = bad_line(s, "expected an s, L or P record");
     }
+  }
+  if (!st && s->in_step) {
+    tier_step_done(&s->t);  // the last step's unused prefetches count
+    s->in_step = false;
   }
   return st;
 }
@@ -497,9 +468,11 @@ mole_status experts_cachesim(const char *path, const experts_sim_params *p, expe
   }
   free(line);  // getline's buffer
   fclose(f);
-  experts_cache_free(&s.c);
-  mole_free(s.req);
-  mole_free(s.req_low);
+  tier_free(&s.t);
+  mole_free(s.grp);
+  mole_free(s.planned);
+  mole_free(s.grp_ent);
+  mole_free(s.pf);
   mole_free(s.ent_key);
   mole_free(s.ent_flags);
   mole_free(s.next_any);

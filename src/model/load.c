@@ -325,7 +325,8 @@ static mole_status bind_layer(loader *L, int64_t il) {
     if (experts_store_is_packed(L->f)) {
       // packed expert store (mole pack): no ffn_*_exps stacks; shapes and types
       // come from its mole.pack.* metadata, the weights only via the provider
-      TRY(experts_store_describe(L->f, L->path, hp, il, &ly->gate_exps, &ly->up_exps, &ly->down_exps));
+      const experts_dims d = {hp->n_layer, hp->n_expert, hp->n_embd, hp->n_ff_exp};
+      TRY(experts_store_describe(L->f, L->path, &d, il, &ly->gate_exps, &ly->up_exps, &ly->down_exps));
     } else {
       TRY(bind_mat(L, &ly->gate_exps, NAME("ffn_gate_exps.weight"), true, E, F, X));
       slice_rows(&ly->gate_exps, sh->fe0, sh->fe1);
@@ -399,6 +400,54 @@ static mole_status bind_all(loader *L) {
   return MOLE_OK;
 }
 
+// The expert provider of m (experts/experts.h), from what the model knows:
+// its dimensions and share, the expert stacks and routers as bound, and the
+// memory the rest of the process needs (the auto budget leaves it free): the
+// KV caches and scratch of the sessions the caller said it will run
+// (--ctx, --batch, --kv-type; session_count caches) and a margin for code,
+// stacks and the allocator.
+static mole_status open_experts(mole_model *m) {
+  const model_hparams *hp = &m->hp;
+  const mole_offload_params *o = &m->offload;
+  int64_t ctx = o->session_ctx, batch = o->session_batch;
+  model_session_shape(m, &ctx, &batch);
+  const int64_t kv_elt = o->session_kv_type == MOLE_KV_F32 ? 4 : 2;
+  const int64_t kv = hp->n_layer * ctx * m->loc.n_head_kv * (hp->head_dim + hp->head_dim_v) * kv_elt *
+                     MOLE_MAX(o->session_count, 1);
+  // [n_layer][3] expert stacks (gate, up, down), [n_layer] routers
+  quant_matrix *mats = mole_malloc((size_t)(4 * hp->n_layer) * sizeof *mats);
+  if (!mats) return mole_errorf(MOLE_ERR_NOMEM, "%s: out of memory", gguf_path(m->gguf));
+  for (int64_t l = 0; l < hp->n_layer; l++) {
+    const model_layer *ly = &m->layers[l];
+    mats[3 * l] = ly->gate_exps;
+    mats[3 * l + 1] = ly->up_exps;
+    mats[3 * l + 2] = ly->down_exps;
+    mats[3 * hp->n_layer + l] = ly->gate_inp;
+  }
+  const experts_config cfg = {
+      .gguf = m->gguf,
+      .n_layer = hp->n_layer,
+      .n_expert = hp->n_expert,
+      .n_expert_used = hp->n_expert_used,
+      .n_embd = hp->n_embd,
+      .n_ff_exp = hp->n_ff_exp,
+      .ff0 = m->shard.fe0,
+      .n_ff_local = m->loc.n_ff_exp,
+      .ex0 = m->shard.ex0,
+      .ex1 = m->shard.ex1,
+      .stacks = mats,
+      .routers = mats + 3 * hp->n_layer,
+      .offload = *o,
+      .headroom = kv + model_scratch_bytes(m, batch, ctx) + ((int64_t)32 << 20),
+      // token embeddings are read a row per token (unless the output projection shares them)
+      .cold_bytes = m->tok_embd.data != m->output.data ? (int64_t)(m->tok_embd.row_bytes * (size_t)m->tok_embd.ne1) : 0,
+      .pool = m->pool,
+  };
+  mole_status st = experts_open(&cfg, &m->experts);
+  mole_free(mats);
+  return st;
+}
+
 mole_status model_load(const char *path, const mole_model_params *p, const model_shard *shard, mole_model **out) {
   *out = NULL;
   quant_init();
@@ -445,7 +494,7 @@ mole_status model_load(const char *path, const mole_model_params *p, const model
   m->n_threads = p->n_threads;
   m->offload = p->offload;
   if ((st = mole_pool_init(p->n_threads, &m->pool))) goto fail;
-  if (m->hp.n_expert > 0 && (st = experts_open(m, &m->experts))) goto fail;
+  if (m->hp.n_expert > 0 && (st = open_experts(m))) goto fail;
   if (!p->use_mmap && (st = model_image_build(m))) goto fail;
   *out = m;
   return MOLE_OK;

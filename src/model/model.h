@@ -7,6 +7,7 @@
 #include "base/pool.h"
 #include "gguf/gguf.h"
 #include "quant/quant.h"
+#include "quant/quant_matrix.h"
 
 typedef enum { ARCH_LLAMA = 0, ARCH_QWEN2MOE, ARCH_QWEN3MOE, ARCH_OLMOE, ARCH_COUNT } model_arch;
 
@@ -37,18 +38,8 @@ typedef struct model_hparams {
   bool qk_norm_full;      // RMS norm over the whole q / k projection (olmoe)
 } model_hparams;
 
-// A weight as stored in the file: up to 3 dims, rows of ne0 elements. A
-// shard's column slice keeps the file's rows: its rows are ne0 elements
-// row_bytes apart (more than ne0 elements take).
-typedef struct model_tensor {
-  const void *data;  // NULL = absent (optional tensors)
-  quant_type type;
-  int64_t ne0, ne1, ne2;  // [ne2][ne1][ne0]
-  size_t row_bytes;       // bytes from one row to the next
-  size_t mat_bytes;       // bytes of one [ne1][ne0] matrix (experts: stride between experts)
-  quant_layout layout;    // QL_ROWS as in the file, or QL_R16 (repacked at load, each matrix on its own)
-  const void *book;       // QT_TQ1 (compressed experts): the file's dictionary (tq_book)
-} model_tensor;
+// A weight as stored in the file (quant/quant_matrix.h).
+typedef quant_matrix model_tensor;
 
 typedef struct model_layer {
   const float *attn_norm;   // [n_embd]

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "experts/experts.h"
+#include "model/model.h"
 #include "server/server_internal.h"
 
 typedef enum { SLOT_IDLE = 0, SLOT_PREFILL, SLOT_GEN } slot_state;
