@@ -1,4 +1,4 @@
-// dist/disagg_plan: mole plan --disagg. MegaScale-Infer's plan search on
+// parallel/disagg_plan: mole plan --disagg. MegaScale-Infer's plan search on
 // profiled times.
 //
 // Every rank loads the model and profiles, all at once (so that the times
@@ -33,8 +33,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dist/dist.h"
-#include "dist/dist_internal.h"
+#include "parallel/dist.h"
+#include "parallel/dist_internal.h"
 #include "experts/budget.h"
 #include "kv/kv.h"
 #include "model/model.h"

@@ -6,7 +6,7 @@
 // disagg_plan.c when MOLE_MPI is off.
 #include <string.h>
 
-#include "dist/dist.h"
+#include "parallel/dist.h"
 #include "model/model.h"
 
 #define NO_MPI "this mole was built without Open MPI (cmake -DMOLE_MPI=OFF): "

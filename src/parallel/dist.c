@@ -22,8 +22,8 @@
 //        arrive, then each other rank's rows as they land, chunk by chunk,
 //        every chunk's part of the sums sent back at once.
 // Bytes sent are counted per collective (mole_dist_print_stats).
-#include "dist/dist.h"
-#include "dist/dist_internal.h"
+#include "parallel/dist.h"
+#include "parallel/dist_internal.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

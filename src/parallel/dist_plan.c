@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dist/dist.h"
+#include "parallel/dist.h"
 #include "experts/budget.h"
 #include "model/model.h"
 #include "model/ops.h"

@@ -1,4 +1,4 @@
-// dist/disagg: attention here, experts there (MegaScale-Infer, arXiv
+// parallel/disagg: attention here, experts there (MegaScale-Infer, arXiv
 // 2504.02263) on Open MPI.
 //
 // Roles: ranks [0, A) are attention ranks, the last E ranks expert ranks
@@ -37,8 +37,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "dist/dist.h"
-#include "dist/dist_internal.h"
+#include "parallel/dist.h"
+#include "parallel/dist_internal.h"
 #include "experts/experts.h"
 #include "kv/kv.h"
 #include "model/model.h"
