@@ -341,28 +341,28 @@ static void finish(dg_ctx *d, dg_mb *b, int64_t il) {
 // sequences [first, first + n_segs) of n tokens: its scratch, its batch
 // begun, its buffers for n tokens' choices.
 static mole_status mb_prep(dg_ctx *d, dg_mb *b, int64_t first, int64_t n_segs, int64_t n) {
-  const int64_t nk = n * d->m->hp.n_expert_used;
+  const int64_t nk = MOLE_MAX(n * d->m->hp.n_expert_used, 1);  // (an empty micro-batch still sends from a buffer)
   b->seg0 = first;
   b->n_segs = n_segs;
   b->n = n;
-  if (n == 0) return MOLE_OK;
-  int64_t ctx = 1;
-  for (int64_t i = first; i < first + n_segs; i++) ctx = MOLE_MAX(ctx, d->lsegs[i].kv->n_ctx);
   mole_status st = MOLE_OK;
-  if (n > b->s_batch || ctx > b->s_ctx) {
-    model_scratch_free(b->s);
-    b->s = NULL;
-    b->s_batch = b->s_ctx = 0;
-    if ((st = model_scratch_new(d->m, n, ctx, &b->s))) return st;
-    b->s_batch = n;
-    b->s_ctx = ctx;
-  }
   b->send = parallel_grow(b->send, &b->send_cap, (size_t)(nk * d->row_in) * sizeof(float), "rows to the experts", &st);
   b->res = parallel_grow(b->res, &b->res_cap, (size_t)(nk * d->row_out) * sizeof(float), "rows from the experts", &st);
   b->pos = parallel_grow(b->pos, &b->pos_cap, (size_t)nk * sizeof *b->pos, "the rows' places", &st);
   b->idx = parallel_grow(b->idx, &b->idx_cap, (size_t)nk * sizeof *b->idx, "the rows' places", &st);
-  if (!st) st = model_step_begin(d->m, b->s, d->lsegs + first, n_segs);
-  return st;
+  if (st || n == 0) return st;
+  int64_t ctx = 1;
+  for (int64_t i = first; i < first + n_segs; i++) ctx = MOLE_MAX(ctx, d->lsegs[i].kv->n_ctx);
+  if (n > b->s_batch || ctx > b->s_ctx) {  // a scratch for the largest batch and context seen
+    const int64_t sn = MOLE_MAX(n, b->s_batch), sc = MOLE_MAX(ctx, b->s_ctx);
+    model_scratch_free(b->s);
+    b->s = NULL;
+    b->s_batch = b->s_ctx = 0;
+    if ((st = model_scratch_new(d->m, sn, sc, &b->s))) return st;
+    b->s_batch = sn;
+    b->s_ctx = sc;
+  }
+  return model_step_begin(d->m, b->s, d->lsegs + first, n_segs);
 }
 
 // Expert side: room for up to `rows` rows of one (layer, micro-batch), and
