@@ -179,12 +179,6 @@ static void dg_wait(dg_ctx *d, MPI_Request *rq, int n, bool serve) {
 
 // ---- the batch --------------------------------------------------------------------
 
-// The batch as int64s: cmd, n_segs, then per sequence: kv id, its n_ctx,
-// type, n_past, n, logits (0 none, 1 last, 2 all), owner; then every token.
-enum { SEG_ID, SEG_CTX, SEG_TYPE, SEG_PAST, SEG_N, SEG_LOGITS, SEG_OWNER, SEG_FIELDS };
-
-static const int64_t *seg_at(const int64_t *p, int64_t i) { return p + 2 + SEG_FIELDS * i; }
-
 // Attention rank a's micro-batches of the batch p: its sequences in the
 // batch's order, whole, about equal tokens each; micro-batch j gets its
 // sequences [first[j], first[j+1]) and tok[j] tokens. Every rank can work
@@ -192,7 +186,7 @@ static const int64_t *seg_at(const int64_t *p, int64_t i) { return p + 2 + SEG_F
 static void mb_split(dg_ctx *d, const int64_t *p, int a, int64_t *first, int64_t *tok) {
   int64_t n_a = 0, tot = 0;
   for (int64_t i = 0; i < p[1]; i++)
-    if (seg_at(p, i)[SEG_OWNER] == a) tot += d->seg_n[n_a++] = seg_at(p, i)[SEG_N];
+    if (parallel_batch_seg(p, i)[PARALLEL_SEG_OWNER] == a) tot += d->seg_n[n_a++] = parallel_batch_seg(p, i)[PARALLEL_SEG_N];
   int64_t i = 0, acc = 0;
   for (int j = 0; j < d->mb; j++) {
     first[j] = i;
@@ -414,8 +408,8 @@ static mole_status pass_prep(dg_ctx *d, int64_t n_local) {
   d->step_tokens = 0;
   for (int a = 0; a < d->A; a++) d->tok_of[a] = 0;
   for (int64_t i = 0; i < n_segs; i++) {
-    d->step_tokens += seg_at(p, i)[SEG_N];
-    d->tok_of[seg_at(p, i)[SEG_OWNER]] += seg_at(p, i)[SEG_N];
+    d->step_tokens += parallel_batch_seg(p, i)[PARALLEL_SEG_N];
+    d->tok_of[parallel_batch_seg(p, i)[PARALLEL_SEG_OWNER]] += parallel_batch_seg(p, i)[PARALLEL_SEG_N];
   }
   // every attention rank's micro-batches: this rank's own; the most rows
   // of one (layer, micro-batch) reaching an expert rank
@@ -521,7 +515,7 @@ static mole_status root_forward(void *v, model_scratch *s, const model_seg *segs
   if (n == 0) return mole_errorf(MOLE_ERR_ARG, "forward: no tokens");
   // the root's room for the batch: refused (nothing sent, the others wait on) when there is none
   mole_status st = parallel_chan_stopped(&d->ch);
-  const int64_t len = 2 + SEG_FIELDS * n_segs + n;
+  const int64_t len = parallel_batch_len(segs, n_segs);
   if (!st) st = parallel_chan_reserve(&d->ch, len);
   d->own = parallel_grow(d->own, &d->own_cap, (size_t)n_segs * sizeof *d->own, "the batch's owners", &st);
   d->lrq = parallel_grow(d->lrq, &d->lrq_cap, (size_t)(n_segs + 1) * sizeof *d->lrq, "the logits' requests", &st);
@@ -539,22 +533,7 @@ static mole_status root_forward(void *v, model_scratch *s, const model_seg *segs
     st = seq_add(d, segs[i].kv->id, best, NULL);
   }
   if (st) return st;
-  int64_t *p = d->ch.msg;
-  *p++ = CMD_STEP;
-  *p++ = n_segs;
-  for (int64_t i = 0; i < n_segs; i++) {
-    const model_seg *g = &segs[i];
-    p[SEG_ID] = (int64_t)g->kv->id;
-    p[SEG_CTX] = g->kv->n_ctx;
-    p[SEG_TYPE] = g->kv->type;
-    p[SEG_PAST] = g->n_past;
-    p[SEG_N] = g->n;
-    p[SEG_LOGITS] = g->logits ? (g->all_logits ? 2 : 1) : 0;
-    p[SEG_OWNER] = d->own[i];
-    p += SEG_FIELDS;
-  }
-  for (int64_t i = 0; i < n_segs; i++)
-    for (int64_t t = 0; t < segs[i].n; t++) *p++ = segs[i].tokens[t];
+  parallel_batch_write(d->ch.msg, CMD_STEP, segs, n_segs, d->own);
   if ((st = parallel_chan_send(&d->ch, len))) return st;
   int64_t n_local = 0;
   for (int64_t i = 0; i < n_segs; i++)
@@ -601,33 +580,33 @@ static mole_status worker_segs(dg_ctx *d, int64_t *n_local) {
   const model_hparams *hp = &d->m->hp;
   int64_t n = 0, n_lg = 0;
   for (int64_t i = 0; i < n_segs; i++) {
-    const int64_t *q = seg_at(p, i);
-    n += q[SEG_N];
-    if (q[SEG_OWNER] == d->rank) n_lg += q[SEG_LOGITS] == 2 ? q[SEG_N] : q[SEG_LOGITS] == 1;
+    const int64_t *q = parallel_batch_seg(p, i);
+    n += q[PARALLEL_SEG_N];
+    if (q[PARALLEL_SEG_OWNER] == d->rank) n_lg += q[PARALLEL_SEG_LOGITS] == 2 ? q[PARALLEL_SEG_N] : q[PARALLEL_SEG_LOGITS] == 1;
   }
   mole_status st = MOLE_OK;
   d->lsegs = parallel_grow(d->lsegs, &d->lsegs_cap, (size_t)MOLE_MAX(n_segs, 1) * sizeof *d->lsegs, "the batch", &st);
   d->ltoks = parallel_grow(d->ltoks, &d->ltoks_cap, (size_t)MOLE_MAX(n, 1) * sizeof *d->ltoks, "the batch's tokens", &st);
   d->lg = parallel_grow(d->lg, &d->lg_cap, (size_t)MOLE_MAX(n_lg * V, 1) * sizeof *d->lg, "the logits", &st);
-  const int64_t *tp = p + 2 + SEG_FIELDS * n_segs;
+  const int64_t *tp = parallel_batch_tokens(p);
   *n_local = 0;
   for (int64_t i = 0, t = 0, lo = 0; i < n_segs && !st; i++) {
-    const int64_t *q = seg_at(p, i);
-    if (q[SEG_OWNER] == d->rank) {
-      for (int64_t k = 0; k < q[SEG_N]; k++) d->ltoks[t + k] = (int32_t)tp[k];
-      dg_seq *s = seq_find(d, (uint64_t)q[SEG_ID]);
+    const int64_t *q = parallel_batch_seg(p, i);
+    if (q[PARALLEL_SEG_OWNER] == d->rank) {
+      for (int64_t k = 0; k < q[PARALLEL_SEG_N]; k++) d->ltoks[t + k] = (int32_t)tp[k];
+      dg_seq *s = seq_find(d, (uint64_t)q[PARALLEL_SEG_ID]);
       model_kv *kv = s ? s->kv : NULL;
-      if (!kv && !(st = kv_new(hp->n_layer, q[SEG_CTX], hp->n_head_kv * hp->head_dim, hp->n_head_kv * hp->head_dim_v,
-                               (quant_type)q[SEG_TYPE], &kv))) {
-        if ((st = seq_add(d, (uint64_t)q[SEG_ID], d->rank, kv))) kv_free(kv);
+      if (!kv && !(st = kv_new(hp->n_layer, q[PARALLEL_SEG_CTX], hp->n_head_kv * hp->head_dim, hp->n_head_kv * hp->head_dim_v,
+                               (quant_type)q[PARALLEL_SEG_TYPE], &kv))) {
+        if ((st = seq_add(d, (uint64_t)q[PARALLEL_SEG_ID], d->rank, kv))) kv_free(kv);
       }
       if (st) break;
       d->lsegs[(*n_local)++] =
-          (model_seg){kv, d->ltoks + t, q[SEG_N], q[SEG_PAST], q[SEG_LOGITS] ? d->lg + lo * V : NULL, q[SEG_LOGITS] == 2};
-      lo += q[SEG_LOGITS] == 2 ? q[SEG_N] : q[SEG_LOGITS] == 1;
-      t += q[SEG_N];
+          (model_seg){kv, d->ltoks + t, q[PARALLEL_SEG_N], q[PARALLEL_SEG_PAST], q[PARALLEL_SEG_LOGITS] ? d->lg + lo * V : NULL, q[PARALLEL_SEG_LOGITS] == 2};
+      lo += q[PARALLEL_SEG_LOGITS] == 2 ? q[PARALLEL_SEG_N] : q[PARALLEL_SEG_LOGITS] == 1;
+      t += q[PARALLEL_SEG_N];
     }
-    tp += q[SEG_N];
+    tp += q[PARALLEL_SEG_N];
   }
   return st;
 }

@@ -137,14 +137,24 @@ static void link_bufs_free(link_bufs *l) {
   mole_free(l->rq);
 }
 
+// Every rank sends SMALL bytes to every other and receives theirs (tag), napping while it waits.
+static void exchange_all(int rank, int size, const link_bufs *l, int tag) {
+  int n = 0;
+  for (int q = 0; q < size; q++) {
+    if (q == rank) continue;
+    MPI_Irecv(l->rb + (size_t)q * SMALL, SMALL, MPI_BYTE, q, tag, MPI_COMM_WORLD, &l->rq[n++]);
+    MPI_Isend(l->sb + (size_t)q * SMALL, SMALL, MPI_BYTE, q, tag, MPI_COMM_WORLD, &l->rq[n++]);
+  }
+  parallel_wait_for(l->rq, n, PARALLEL_NAP_PASS_US);
+}
+
 // The link: ranks 0 and N-1 ping-pong 1 MiB messages (bandwidth); then every
 // rank exchanges 4 KiB with every other at once, waiting as a pass waits
 // (napping), the latency of one such exchange: with more processes than
 // cores it includes waiting for the others to be scheduled.
 static void profile_link(int rank, int size, const link_bufs *l, dg_profile *p) {
   enum { BIG = LINK_BIG };
-  char *buf = l->buf, *sb = l->sb, *rb = l->rb;
-  MPI_Request *rq = l->rq;
+  char *buf = l->buf;
   const int peer = rank == 0 ? size - 1 : 0;
   MPI_Barrier(MPI_COMM_WORLD);
   double best = 1e30;
@@ -164,13 +174,7 @@ static void profile_link(int rank, int size, const link_bufs *l, dg_profile *p) 
   int reps = 0;
   const double start = MPI_Wtime();
   for (int go = 1; go; reps++) {
-    int n = 0;
-    for (int q = 0; q < size; q++) {
-      if (q == rank) continue;
-      MPI_Irecv(rb + (size_t)q * SMALL, SMALL, MPI_BYTE, q, 78, MPI_COMM_WORLD, &rq[n++]);
-      MPI_Isend(sb + (size_t)q * SMALL, SMALL, MPI_BYTE, q, 78, MPI_COMM_WORLD, &rq[n++]);
-    }
-    parallel_wait_for(rq, n, PARALLEL_NAP_PASS_US);
+    exchange_all(rank, size, l, 78);
     // the same count of exchanges on every rank: rank 0 says when to stop
     go = reps < 20 || MPI_Wtime() - start < 0.05;
     MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);
@@ -186,8 +190,6 @@ static void profile_link(int rank, int size, const link_bufs *l, dg_profile *p) 
 // larger of the two latencies.
 static void profile_sync(mole_model *m, int rank, int size, const link_bufs *l, model_scratch *xs, const float *const *xin,
                          float *const *xout, int32_t *sel, float *w, uint8_t *done, int64_t rows, dg_profile *p) {
-  char *sb = l->sb, *rb = l->rb;
-  MPI_Request *rq = l->rq;
   for (int64_t i = 0; i < rows; i++) sel[i] = (int32_t)(i % m->hp.n_expert), w[i] = 0.5f;
   // five alternations of 40 ms without and with the exchanges: the median difference
   enum { ALT = 5 };
@@ -201,15 +203,7 @@ static void profile_sync(mole_model *m, int rank, int size, const link_bufs *l, 
       for (int go = 1; go; reps++) {
         mole_status st = model_experts_rows(m, xs, reps % m->hp.n_layer, rows, xin, sel, w, xout, done);
         MOLE_ASSERT(st == MOLE_OK);
-        if (with) {
-          int n = 0;
-          for (int q = 0; q < size; q++) {
-            if (q == rank) continue;
-            MPI_Irecv(rb + (size_t)q * SMALL, SMALL, MPI_BYTE, q, 79, MPI_COMM_WORLD, &rq[n++]);
-            MPI_Isend(sb + (size_t)q * SMALL, SMALL, MPI_BYTE, q, 79, MPI_COMM_WORLD, &rq[n++]);
-          }
-          parallel_wait_for(rq, n, PARALLEL_NAP_PASS_US);
-        }
+        if (with) exchange_all(rank, size, l, 79);
         go = reps < 10 || MPI_Wtime() - start < 0.04;
         if (with) MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);
       }

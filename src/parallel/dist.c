@@ -395,17 +395,13 @@ static bool kv_drop(dist_ctx *d, uint64_t id) {
   return true;
 }
 
-// The step message, as int64s: cmd, n_segs, then per sequence: kv id, its
-// n_ctx, type, n_past, n, logits (0 none, 1 last, 2 all), then every token.
-enum { SEG_ID, SEG_CTX, SEG_TYPE, SEG_PAST, SEG_N, SEG_LOGITS, SEG_FIELDS };
-
 static pass_shape shape_of(const int64_t *p) {
   pass_shape sh = {p[1], 0, 0, 0};
   for (int64_t i = 0; i < sh.n_segs; i++) {
-    const int64_t *q = p + 2 + SEG_FIELDS * i;
-    sh.n += q[SEG_N];
-    sh.ctx = MOLE_MAX(sh.ctx, q[SEG_CTX]);
-    sh.n_out += q[SEG_LOGITS] == 2 ? q[SEG_N] : q[SEG_LOGITS] == 1;
+    const int64_t *q = parallel_batch_seg(p, i);
+    sh.n += q[PARALLEL_SEG_N];
+    sh.ctx = MOLE_MAX(sh.ctx, q[PARALLEL_SEG_CTX]);
+    sh.n_out += q[PARALLEL_SEG_LOGITS] == 2 ? q[PARALLEL_SEG_N] : q[PARALLEL_SEG_LOGITS] == 1;
   }
   return sh;
 }
@@ -441,7 +437,7 @@ static mole_status pass_room(dist_ctx *d) {
   const int64_t *p = d->ch.msg;
   const pass_shape sh = shape_of(p);
   bool fresh = false;
-  for (int64_t i = 0; i < sh.n_segs && !fresh; i++) fresh = !kv_find(d, (uint64_t)p[2 + SEG_FIELDS * i + SEG_ID]);
+  for (int64_t i = 0; i < sh.n_segs && !fresh; i++) fresh = !kv_find(d, (uint64_t)parallel_batch_seg(p, i)[PARALLEL_SEG_ID]);
   pass_shape r = d->room;
   if (!fresh && sh.n_segs <= r.n_segs && sh.n <= r.n && sh.ctx <= r.ctx && sh.n_out <= r.n_out) return MOLE_OK;
   r.n_segs = MOLE_MAX(r.n_segs, sh.n_segs);
@@ -454,8 +450,8 @@ static mole_status pass_room(dist_ctx *d) {
     st = mole_errorf(MOLE_ERR_NOMEM, "out of memory (injected: MOLE_TEST_FAIL_RANK=%d)", d->rank);
   }
   for (int64_t i = 0; i < sh.n_segs && !st; i++) {
-    const int64_t *q = p + 2 + SEG_FIELDS * i;
-    if (!kv_find(d, (uint64_t)q[SEG_ID])) st = kv_add(d, (uint64_t)q[SEG_ID], q[SEG_CTX], (quant_type)q[SEG_TYPE]);
+    const int64_t *q = parallel_batch_seg(p, i);
+    if (!kv_find(d, (uint64_t)q[PARALLEL_SEG_ID])) st = kv_add(d, (uint64_t)q[PARALLEL_SEG_ID], q[PARALLEL_SEG_CTX], (quant_type)q[PARALLEL_SEG_TYPE]);
   }
   if (!st) st = buffers_room(d, &r);
   if (!st && d->rank) {
@@ -474,25 +470,10 @@ static mole_status pass_room(dist_ctx *d) {
 
 static mole_status step(void *v, const model_seg *segs, int64_t n_segs) {
   dist_ctx *d = v;
-  int64_t len = 2 + SEG_FIELDS * n_segs;
-  for (int64_t i = 0; i < n_segs; i++) len += segs[i].n;
+  const int64_t len = parallel_batch_len(segs, n_segs);
   mole_status st = parallel_chan_reserve(&d->ch, len);
   if (st) return st;  // nothing sent: the workers wait on
-  int64_t *p = d->ch.msg;
-  *p++ = CMD_STEP;
-  *p++ = n_segs;
-  for (int64_t i = 0; i < n_segs; i++) {
-    const model_seg *g = &segs[i];
-    p[SEG_ID] = (int64_t)g->kv->id;
-    p[SEG_CTX] = g->kv->n_ctx;
-    p[SEG_TYPE] = g->kv->type;
-    p[SEG_PAST] = g->n_past;
-    p[SEG_N] = g->n;
-    p[SEG_LOGITS] = g->logits ? (g->all_logits ? 2 : 1) : 0;
-    p += SEG_FIELDS;
-  }
-  for (int64_t i = 0; i < n_segs; i++)
-    for (int64_t t = 0; t < segs[i].n; t++) *p++ = segs[i].tokens[t];
+  parallel_batch_write(d->ch.msg, CMD_STEP, segs, n_segs, NULL);
   if ((st = parallel_chan_send(&d->ch, len))) return st;
   if ((st = pass_room(d))) return parallel_chan_stop(&d->ch, st);
   d->counts.step_bytes += (len + 1) * 8 * (d->size - 1);
@@ -715,13 +696,13 @@ mole_status mole_dist_worker(mole_model *m) {
       continue;
     }
     if ((st = pass_room(d))) return st;
-    const int64_t n_segs = p[1], *tp = p + 2 + SEG_FIELDS * n_segs;
+    const int64_t n_segs = p[1], *tp = parallel_batch_tokens(p);
     for (int64_t i = 0, t = 0; i < n_segs; i++) {
-      const int64_t *q = p + 2 + SEG_FIELDS * i;
-      for (int64_t k = 0; k < q[SEG_N]; k++) d->toks[t + k] = (int32_t)tp[t + k];
-      d->segs[i] = (model_seg){kv_find(d, (uint64_t)q[SEG_ID])->kv, d->toks + t, q[SEG_N], q[SEG_PAST],
-                               q[SEG_LOGITS] ? &sink : NULL, q[SEG_LOGITS] == 2};
-      t += q[SEG_N];
+      const int64_t *q = parallel_batch_seg(p, i);
+      for (int64_t k = 0; k < q[PARALLEL_SEG_N]; k++) d->toks[t + k] = (int32_t)tp[t + k];
+      d->segs[i] = (model_seg){kv_find(d, (uint64_t)q[PARALLEL_SEG_ID])->kv, d->toks + t, q[PARALLEL_SEG_N], q[PARALLEL_SEG_PAST],
+                               q[PARALLEL_SEG_LOGITS] ? &sink : NULL, q[PARALLEL_SEG_LOGITS] == 2};
+      t += q[PARALLEL_SEG_N];
     }
     // (the other ranks are inside this pass's collectives, waiting for this one's part)
     if (model_forward_batch(m, d->s, d->segs, n_segs)) parallel_abort(d->comm, "a forward pass");

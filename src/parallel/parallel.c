@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kv/kv.h"
+
 static bool g_inited;
 static int g_rank, g_size = 1;
 
@@ -196,6 +198,31 @@ _Noreturn void parallel_abort(MPI_Comm comm, const char *what) {
   fflush(stderr);
   MPI_Abort(comm, 1);
   abort();  // (MPI_Abort ends the process; it is not declared to)
+}
+
+int64_t parallel_batch_len(const model_seg *segs, int64_t n_segs) {
+  int64_t len = 2 + PARALLEL_SEG_FIELDS * n_segs;
+  for (int64_t i = 0; i < n_segs; i++) len += segs[i].n;
+  return len;
+}
+
+void parallel_batch_write(int64_t *msg, int64_t cmd, const model_seg *segs, int64_t n_segs, const int *owner) {
+  int64_t *p = msg;
+  *p++ = cmd;
+  *p++ = n_segs;
+  for (int64_t i = 0; i < n_segs; i++) {
+    const model_seg *g = &segs[i];
+    p[PARALLEL_SEG_ID] = (int64_t)g->kv->id;
+    p[PARALLEL_SEG_CTX] = g->kv->n_ctx;
+    p[PARALLEL_SEG_TYPE] = g->kv->type;
+    p[PARALLEL_SEG_PAST] = g->n_past;
+    p[PARALLEL_SEG_N] = g->n;
+    p[PARALLEL_SEG_LOGITS] = g->logits ? (g->all_logits ? 2 : 1) : 0;
+    p[PARALLEL_SEG_OWNER] = owner ? owner[i] : 0;
+    p += PARALLEL_SEG_FIELDS;
+  }
+  for (int64_t i = 0; i < n_segs; i++)
+    for (int64_t t = 0; t < segs[i].n; t++) *p++ = segs[i].tokens[t];
 }
 
 bool parallel_test_fault(void) {

@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include "base/base.h"
+#include "model/model.h"
 
 enum { PARALLEL_MAX_RANKS = 64 };
 // The naps of parallel_wait_for: within a pass, and between passes (idle).
@@ -74,6 +75,22 @@ mole_status parallel_chan_stop(parallel_chan *c, mole_status st);
 // no message can reach them: prints "mole: rank R: what: the last error"
 // and ends every process of the job (MPI_Abort).
 _Noreturn void parallel_abort(MPI_Comm comm, const char *what);
+
+// A batch as the root sends it (int64s): the command, the number of
+// sequences, then PARALLEL_SEG_FIELDS fields per sequence, then every
+// sequence's tokens in turn. logits: 0 none, 1 the last token's, 2 all;
+// owner: the rank that runs the sequence (disagg.c's attention ranks; 0 in
+// dist.c, where every rank runs every sequence).
+enum {
+  PARALLEL_SEG_ID, PARALLEL_SEG_CTX, PARALLEL_SEG_TYPE, PARALLEL_SEG_PAST, PARALLEL_SEG_N, PARALLEL_SEG_LOGITS,
+  PARALLEL_SEG_OWNER, PARALLEL_SEG_FIELDS
+};
+int64_t parallel_batch_len(const model_seg *segs, int64_t n_segs);
+// The batch into msg (parallel_batch_len int64s); owner NULL: all 0.
+void parallel_batch_write(int64_t *msg, int64_t cmd, const model_seg *segs, int64_t n_segs, const int *owner);
+// Sequence i's fields of a batch; its first token.
+static inline const int64_t *parallel_batch_seg(const int64_t *msg, int64_t i) { return msg + 2 + PARALLEL_SEG_FIELDS * i; }
+static inline const int64_t *parallel_batch_tokens(const int64_t *msg) { return msg + 2 + PARALLEL_SEG_FIELDS * msg[1]; }
 
 // MOLE_TEST_FAIL_RANK=R (the tests set it): true on rank R, whose first
 // forward pass then fails as if out of memory, so that the tests see one
