@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Fuzzes the GGUF reader, the dictionary/blob checks of compressed experts
 # (fuzz_tq, FUZZ_TQ_SECONDS, default 30) and whole models (fuzz_model: the
-# tokenizer, the model loader and a forward pass; FUZZ_MODEL_SECONDS, default
-# 30; its seeds come from build/mole synth): builds them with clang (libFuzzer, ASan+UBSan)
+# tokenizer, the model loader and a forward pass, resident and with the
+# experts offloaded; FUZZ_MODEL_SECONDS, default 30; its seeds come from
+# build/mole synth): builds them with clang (libFuzzer, ASan+UBSan)
 # in build-fuzz, seeds a corpus from the small conformance GGUF files plus a
 # few hand-made ones, and runs it for FUZZ_SECONDS (default 60). Fails on any
 # crash, leak or sanitizer report; quiet on success apart from one line.
@@ -111,6 +112,10 @@ for a in mixtral llama qwen3moe olmoe qwen2moe; do
     "$MOLE" synth --arch "$a" --embd 32 --layers 1 --heads 2 --heads-kv 1 --experts 2 --used 1 --ff 32 --vocab 260 \
       --ctx 64 --type q8_0 -o "$corpus_model/seed-$a.gguf" >>"$log" 2>&1
 done
+# three layers of 4 experts, 2 per token: the offloaded run's predictor looks ahead
+[ -f "$corpus_model/seed-mixtral-l3.gguf" ] ||
+  "$MOLE" synth --arch mixtral --embd 32 --layers 3 --heads 2 --heads-kv 1 --experts 4 --used 2 --ff 32 --vocab 260 \
+    --ctx 64 --type q8_0 -o "$corpus_model/seed-mixtral-l3.gguf" >>"$log" 2>&1
 [ -f "$corpus_model/seed-olmoe-f16.gguf" ] ||
   "$MOLE" synth --arch olmoe --embd 32 --layers 1 --heads 2 --experts 2 --used 1 --ff 32 --vocab 260 --ctx 64 \
     --type f16 -o "$corpus_model/seed-olmoe-f16.gguf" >>"$log" 2>&1

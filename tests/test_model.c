@@ -1,6 +1,8 @@
 // Model loading: unknown architectures, missing tensors, wrong shapes and
-// unsupported RoPE scaling are clear errors; synth models of every
-// architecture load and run; decode equals prefill.
+// unsupported RoPE scaling are clear errors; so are crafted files that once
+// passed the loader and aborted later (a norm declared 2-D, more experts per
+// token than the predictor holds, a RoPE longer than its table, ...); synth
+// models of every architecture load and run; decode equals prefill.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +11,7 @@
 
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "model/ops.h"
 #include "model/synth.h"
 #include "mole.h"
 #include "testutil.h"
@@ -19,9 +22,19 @@ static void set_yarn(gguf_writer *w) { assert_int_equal(gguf_writer_set_str(w, "
 static void set_kv4(gguf_writer *w) { assert_int_equal(gguf_writer_set_u32(w, "llama.attention.head_count_kv", 4), MOLE_OK); }
 static void set_heads0(gguf_writer *w) { assert_int_equal(gguf_writer_set_u32(w, "llama.attention.head_count", 0), MOLE_OK); }
 
+// A tensor declared with another shape (n_dims, ne; 0 n_dims: as it is)
+// and type (its f32 data converted; QT_COUNT: as it is).
+typedef struct {
+  const char *name;
+  uint32_t n_dims;
+  int64_t ne[4];
+  quant_type type;
+} tensor_edit;
+
 // Rewrites src into path, with kv `drop_key` removed, tensor `drop_tensor`
-// removed and `edit` applied to the metadata (all optional).
-static void rewrite(const char *src, const char *path, const char *drop_key, edit_fn edit, const char *drop_tensor) {
+// removed, `edit` applied to the metadata and `te` to its tensor (all optional).
+static void rewrite_with(const char *src, const char *path, const char *drop_key, edit_fn edit, const char *drop_tensor,
+                         const tensor_edit *te) {
   gguf_file *f;
   assert_int_equal(gguf_open(src, &f), MOLE_OK);
   gguf_writer *w;
@@ -34,17 +47,35 @@ static void rewrite(const char *src, const char *path, const char *drop_key, edi
   for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
     const gguf_tensor *t = gguf_tensor_at(f, i);
     if (drop_tensor && !strcmp(t->name, drop_tensor)) continue;
-    assert_int_equal(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, NULL), MOLE_OK);
+    const bool ed = te && !strcmp(t->name, te->name);
+    const uint32_t type = ed && te->type != QT_COUNT ? (uint32_t)te->type : t->type;
+    assert_int_equal(gguf_writer_add_tensor(w, t->name, type, ed && te->n_dims ? te->n_dims : t->n_dims,
+                                            ed && te->n_dims ? te->ne : t->ne, NULL),
+                     MOLE_OK);
   }
   assert_int_equal(gguf_writer_begin(w, path), MOLE_OK);
   for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
     const gguf_tensor *t = gguf_tensor_at(f, i);
     if (drop_tensor && !strcmp(t->name, drop_tensor)) continue;
+    if (te && !strcmp(t->name, te->name) && te->type != QT_COUNT) {
+      assert_int_equal(t->type, QT_F32);
+      const int64_t n = (int64_t)(t->size / sizeof(float));
+      const size_t bytes = quant_row_size(te->type, n);
+      void *buf = malloc(bytes);
+      quant_traits_of(te->type)->from_float(t->data, buf, n);
+      assert_int_equal(gguf_writer_write(w, buf, bytes), MOLE_OK);
+      free(buf);
+      continue;
+    }
     assert_int_equal(gguf_writer_write(w, t->data, t->size), MOLE_OK);
   }
   assert_int_equal(gguf_writer_finish(w), MOLE_OK);
   gguf_writer_free(w);
   gguf_close(f);
+}
+
+static void rewrite(const char *src, const char *path, const char *drop_key, edit_fn edit, const char *drop_tensor) {
+  rewrite_with(src, path, drop_key, edit, drop_tensor, NULL);
 }
 
 static const char *tmp_path(const char *name) {
@@ -94,6 +125,126 @@ static void test_missing_norm_tensor(void **state) {
   expect_load_error(p, MOLE_ERR_NOT_FOUND, "blk.0.attn_k_norm.weight");
   rewrite(tu_path("tests/data/conformance/models/qwen2moe.gguf"), p, NULL, NULL, "blk.1.ffn_gate_inp_shexp.weight");
   expect_load_error(p, MOLE_ERR_NOT_FOUND, "ffn_gate_inp_shexp");
+  unlink(p);
+}
+
+static void set_ctx0(gguf_writer *w) { assert_int_equal(gguf_writer_set_u32(w, "llama.context_length", 0), MOLE_OK); }
+static void set_rot4096(gguf_writer *w) {
+  // heads of 4096 dims rotated whole: within the key length, beyond ops_rope's table
+  assert_int_equal(gguf_writer_set_u32(w, "llama.attention.key_length", 4096), MOLE_OK);
+  assert_int_equal(gguf_writer_set_u32(w, "llama.rope.dimension_count", 4096), MOLE_OK);
+}
+static void set_base_inf(gguf_writer *w) { assert_int_equal(gguf_writer_set_f32(w, "llama.rope.freq_base", INFINITY), MOLE_OK); }
+
+// Every tensor's whole declared shape: a norm declared [64, 1] (2-D) once
+// passed the shape check and overran the loader's store of vectors (an
+// abort); a matrix with dims beyond its own; types whose inputs mole cannot
+// convert to at once. Each a clear error naming the file and the tensor.
+static void test_crafted_tensors(void **state) {
+  (void)state;
+  const char *mix = tu_path("tests/data/conformance/models/mixtral.gguf");
+  const char *p = tmp_path("crafted.gguf");
+  const tensor_edit edits[] = {
+      {"blk.0.attn_norm.weight", 2, {64, 1, 1, 1}, QT_COUNT},
+      {"output_norm.weight", 3, {64, 1, 1, 1}, QT_COUNT},
+      {"blk.2.ffn_norm.weight", 4, {64, 1, 1, 1}, QT_COUNT},
+      {"blk.1.attn_q.weight", 4, {64, 64, 1, 1}, QT_COUNT},
+      {"blk.1.ffn_gate_inp.weight", 3, {64, 8, 1, 1}, QT_COUNT},
+      {"blk.0.attn_k.weight", 2, {32, 64, 1, 1}, QT_COUNT},
+      {"blk.0.ffn_down_exps.weight", 4, {96, 64, 4, 2}, QT_COUNT},
+  };
+  const char *want[] = {"'blk.0.attn_norm.weight' has shape [64, 1] (2-D), expected [64] (1-D)",
+                        "'output_norm.weight' has shape [64, 1, 1] (3-D), expected [64] (1-D)",
+                        "'blk.2.ffn_norm.weight' has shape [64, 1, 1, 1] (4-D), expected [64] (1-D)",
+                        "'blk.1.attn_q.weight' has shape [64, 64, 1, 1] (4-D), expected [64, 64] (2-D)",
+                        "'blk.1.ffn_gate_inp.weight' has shape [64, 8, 1] (3-D), expected [64, 8] (2-D)",
+                        "'blk.0.attn_k.weight' has shape [32, 64] (2-D), expected [64, 32] (2-D)",
+                        "'blk.0.ffn_down_exps.weight' has shape [96, 64, 4, 2] (4-D), expected [96, 64, 8] (3-D)"};
+  for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+    rewrite_with(mix, p, NULL, NULL, NULL, &edits[i]);
+    expect_load_error(p, MOLE_ERR_FORMAT, want[i]);
+    expect_load_error(p, MOLE_ERR_FORMAT, p);  // the file, too
+  }
+  // attn_v in f16 while attn_q and attn_k take f32 input: a third type
+  const tensor_edit v16 = {"blk.1.attn_v.weight", 0, {0}, QT_F16};
+  rewrite_with(mix, p, NULL, NULL, NULL, &v16);
+  expect_load_error(p, MOLE_ERR_UNSUPPORTED, "'blk.1.attn_v.weight' (f16) takes its input as f16, attn_q and attn_k as f32");
+  const tensor_edit up16 = {"blk.2.ffn_up_exps.weight", 0, {0}, QT_F16};
+  rewrite_with(mix, p, NULL, NULL, NULL, &up16);
+  expect_load_error(p, MOLE_ERR_UNSUPPORTED, "blk.2: ffn_gate_exps (f32) and ffn_up_exps (f16)");
+  // attn_k in f16 too: attn_v takes its type, as llama-quantize's Mixtral files (attn_k, attn_v in q8_0)
+  const tensor_edit k16 = {"blk.1.attn_k.weight", 0, {0}, QT_F16};
+  rewrite_with(mix, p, NULL, NULL, NULL, &k16);
+  mole_model *m = NULL;
+  if (mole_model_load(p, NULL, &m)) fail_msg("attn_k in f16: %s", mole_last_error());
+  mole_model_free(m);
+  unlink(p);
+}
+
+// Hyperparameters the later code indexes with, each in its range or an
+// error naming the key: the context, RoPE's dims (ops_rope's table), its
+// base.
+static void test_crafted_hparams(void **state) {
+  (void)state;
+  const char *mix = tu_path("tests/data/conformance/models/mixtral.gguf");
+  const char *p = tmp_path("crafted.gguf");
+  rewrite(mix, p, NULL, set_ctx0, NULL);
+  expect_load_error(p, MOLE_ERR_FORMAT, "llama.context_length = 0 is out of range");
+  rewrite(mix, p, NULL, set_rot4096, NULL);
+  char want[128];
+  snprintf(want, sizeof want, "llama.rope.dimension_count = 4096 is out of range [0, %d]", (int)OPS_ROPE_MAX_ROT);
+  expect_load_error(p, MOLE_ERR_FORMAT, want);
+  rewrite(mix, p, NULL, set_base_inf, NULL);
+  expect_load_error(p, MOLE_ERR_FORMAT, "rope.freq_base = inf");
+  unlink(p);
+}
+
+// A model of 80 experts, k of them per token, offloaded (a budget of half
+// the experts: the tiered provider, its predictor and prefetch).
+// k = 65 once passed the loader and aborted in the predictor; now the
+// loader names the key. k = 64 runs.
+static void test_crafted_expert_count(void **state) {
+  (void)state;
+  const char *p = tmp_path("x80.gguf");
+  for (int k = 64; k <= 65; k++) {
+    synth_params sp = synth_default_params();
+    sp.n_embd = 32;
+    sp.n_layer = 3;
+    sp.n_head = 2;
+    sp.n_head_kv = 1;
+    sp.n_expert = 80;
+    sp.n_expert_used = k;
+    sp.n_ff = 32;
+    sp.n_vocab = 300;
+    sp.type = QT_Q8_0;
+    sp.n_threads = 2;
+    if (synth_write(&sp, p, NULL)) fail_msg("synth: %s", mole_last_error());
+    mole_model_params mp = mole_model_default_params();
+    mp.n_threads = 2;
+    mp.offload.expert_budget_frac = 0.5;
+    mp.offload.io = "pread";
+    mole_model *m = NULL;
+    if (k == 65) {
+      assert_int_equal(mole_model_load(p, &mp, &m), MOLE_ERR_FORMAT);
+      assert_non_null(strstr(mole_last_error(), "llama.expert_used_count = 65 is out of range [1, 64]"));
+      assert_non_null(strstr(mole_last_error(), p));
+      assert_null(m);
+      continue;
+    }
+    if (mole_model_load(p, &mp, &m)) fail_msg("k = 64, offloaded: %s", mole_last_error());
+    mole_session_params spp = mole_session_default_params();
+    spp.n_ctx = 32;
+    mole_session *s;
+    assert_int_equal(mole_session_new(m, &spp, &s), MOLE_OK);
+    const int32_t toks[5] = {1, 17, 250, 3, 99};
+    float *lg = malloc(300 * sizeof(float));
+    assert_int_equal(mole_session_eval(s, toks, 3, lg, false), MOLE_OK);  // a prompt, then decode
+    for (int i = 3; i < 5; i++) assert_int_equal(mole_session_eval(s, toks + i, 1, lg, false), MOLE_OK);
+    for (int i = 0; i < 300; i++) assert_true(isfinite(lg[i]));
+    free(lg);
+    mole_session_free(s);
+    mole_model_free(m);
+  }
   unlink(p);
 }
 
@@ -192,6 +343,9 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_models),
       cmocka_unit_test(test_missing_norm_tensor),
+      cmocka_unit_test(test_crafted_tensors),
+      cmocka_unit_test(test_crafted_hparams),
+      cmocka_unit_test(test_crafted_expert_count),
       cmocka_unit_test(test_synth_archs),
       cmocka_unit_test(test_synth_deterministic),
   };

@@ -1,4 +1,4 @@
-// mole plan: each MPI process's shares of a model (src/dist/dist_plan.c).
+// mole plan: each MPI process's shares of a model (src/parallel/dist_plan.c).
 #include <stdio.h>
 #include <string.h>
 

@@ -1044,7 +1044,7 @@ mole_status model_forward_batch(mole_model *m, model_scratch *s, const model_seg
   return forward_end(m, s, segs, n_segs);
 }
 
-// ---- stepwise: the routed experts elsewhere (src/dist/disagg.c) ----------------
+// ---- stepwise: the routed experts elsewhere (src/parallel/disagg.c) ----------------
 
 mole_status model_step_begin(mole_model *m, model_scratch *s, const model_seg *segs, int64_t n_segs) {
   MOLE_ASSERT(m->hp.n_expert > 0);

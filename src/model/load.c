@@ -8,6 +8,12 @@
 #include "experts/experts.h"
 #include "experts/store.h"
 #include "model/model.h"
+#include "model/ops.h"
+
+// The most experts a token may use: the predictor keeps one prediction's
+// choices on the stack (experts/predict.c). llama.cpp takes up to
+// expert_count (at most 512); the models out there use 1 to 16.
+enum { MODEL_MAX_EXPERT_USED = 64 };
 
 typedef struct arch_desc {
   const char *name;
@@ -126,7 +132,8 @@ static mole_status load_rope(loader *L, model_hparams *hp) {
                        L->arch, attn_factor);
   double base;
   TRY(get_float(L, "rope.freq_base", false, 10000.0, &base));
-  if (!(base > 0)) return mole_errorf(MOLE_ERR_FORMAT, "%s: %s.rope.freq_base = %g must be > 0", L->path, L->arch, base);
+  if (!(base > 0) || !isfinite(base))
+    return mole_errorf(MOLE_ERR_FORMAT, "%s: %s.rope.freq_base = %g must be > 0", L->path, L->arch, base);
   hp->rope_base = (float)base;
   return MOLE_OK;
 }
@@ -140,6 +147,7 @@ static mole_status load_hparams(loader *L, const arch_desc *ad) {
   hp->qk_norm_full = ad->qk_norm_full;
   const int64_t BIG = (int64_t)1 << 24;
   TRY(get_int(L, "context_length", false, 4096, &hp->n_ctx_train));
+  TRY(check_range(L, "context_length", hp->n_ctx_train, 1, INT32_MAX));
   TRY(get_int(L, "embedding_length", true, 0, &hp->n_embd));
   TRY(check_range(L, "embedding_length", hp->n_embd, 1, BIG));
   TRY(get_int(L, "block_count", true, 0, &hp->n_layer));
@@ -156,14 +164,15 @@ static mole_status load_hparams(loader *L, const arch_desc *ad) {
   TRY(get_int(L, "attention.value_length", false, hp->n_embd / hp->n_head, &hp->head_dim_v));
   TRY(check_range(L, "attention.value_length", hp->head_dim_v, 1, 65536));
   TRY(get_int(L, "rope.dimension_count", false, hp->head_dim, &hp->n_rot));
-  TRY(check_range(L, "rope.dimension_count", hp->n_rot, 0, hp->head_dim));
+  TRY(check_range(L, "rope.dimension_count", hp->n_rot, 0, MOLE_MIN(hp->head_dim, (int64_t)OPS_ROPE_MAX_ROT)));
   if (hp->n_rot % 2) return mole_errorf(MOLE_ERR_FORMAT, "%s: rope.dimension_count %lld is odd", L->path, (long long)hp->n_rot);
   TRY(get_int(L, "feed_forward_length", false, 0, &hp->n_ff));
   TRY(check_range(L, "feed_forward_length", hp->n_ff, 0, BIG));
   TRY(get_int(L, "expert_count", false, 0, &hp->n_expert));
   TRY(check_range(L, "expert_count", hp->n_expert, 0, 4096));
   TRY(get_int(L, "expert_used_count", hp->n_expert > 0, 0, &hp->n_expert_used));
-  if (hp->n_expert > 0) TRY(check_range(L, "expert_used_count", hp->n_expert_used, 1, hp->n_expert));
+  if (hp->n_expert > 0)
+    TRY(check_range(L, "expert_used_count", hp->n_expert_used, 1, MOLE_MIN(hp->n_expert, (int64_t)MODEL_MAX_EXPERT_USED)));
   if (ad->needs_experts && hp->n_expert == 0)
     return mole_errorf(MOLE_ERR_NOT_FOUND, "%s: architecture %s needs '%s.expert_count'", L->path, ad->name, ad->name);
   TRY(get_int(L, "expert_feed_forward_length", false, hp->n_ff, &hp->n_ff_exp));
@@ -196,27 +205,39 @@ static mole_status find(loader *L, const char *name, bool required, const gguf_t
   return MOLE_OK;
 }
 
-static mole_status check_shape(loader *L, const gguf_tensor *t, int64_t ne0, int64_t ne1, int64_t ne2) {
-  int64_t want[3] = {ne0, ne1, ne2};
-  uint32_t nd = ne2 > 1 ? 3 : (ne1 > 1 ? 2 : 1);
-  bool ok = t->n_dims <= 3 && t->n_dims >= 1;
-  for (int i = 0; i < 3 && ok; i++) ok = t->ne[i] == want[i];
-  (void)nd;
-  if (!ok)
-    return mole_errorf(MOLE_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld]",
-                       L->path, t->name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
-                       (long long)t->ne[3], (long long)ne0, (long long)ne1, (long long)ne2);
-  return MOLE_OK;
+// "[a, b, c]": the first nd of ne.
+static void shape_str(char *buf, size_t n, const int64_t *ne, uint32_t nd) {
+  size_t k = (size_t)snprintf(buf, n, "[");
+  for (uint32_t i = 0; i < nd && k < n; i++) k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)ne[i]);
+  if (k < n) snprintf(buf + k, n - k, "]");
 }
 
-// A weight matrix (or stack of expert matrices) used in matmuls.
-static mole_status bind_mat(loader *L, model_tensor *mt, const char *name, bool required, int64_t ne0, int64_t ne1,
-                            int64_t ne2) {
+// The tensor's whole declared shape against the expected [ne0, ne1, ne2] of
+// nd dims: every dim (the fourth is 1), and the number of dims: a vector
+// (nd 1) declared 1-D, a matrix or a stack of them in no more dims than nd
+// (ggml writes a shape without its trailing dims of 1: fewer is the same
+// shape).
+static mole_status check_shape(loader *L, const gguf_tensor *t, uint32_t nd, int64_t ne0, int64_t ne1, int64_t ne2) {
+  const int64_t want[4] = {ne0, ne1, ne2, 1};
+  bool ok = nd == 1 ? t->n_dims == 1 : t->n_dims >= 1 && t->n_dims <= nd;
+  for (int i = 0; i < 4 && ok; i++) ok = t->ne[i] == want[i];
+  if (ok) return MOLE_OK;
+  char got[128], exp[128];
+  shape_str(got, sizeof got, t->ne, MOLE_MIN(t->n_dims, 4u));
+  shape_str(exp, sizeof exp, want, nd);
+  return mole_errorf(MOLE_ERR_FORMAT, "%s: tensor '%s' has shape %s (%u-D), expected %s (%u-D)", L->path, t->name, got,
+                     t->n_dims, exp, nd);
+}
+
+// A weight used in matmuls: a matrix [ne1][ne0] (nd 2), or a stack of
+// expert matrices [ne2][ne1][ne0] (nd 3).
+static mole_status bind_tensor(loader *L, model_tensor *mt, const char *name, bool required, uint32_t nd, int64_t ne0,
+                               int64_t ne1, int64_t ne2) {
   const gguf_tensor *t;
   memset(mt, 0, sizeof *mt);
   TRY(find(L, name, required, &t));
   if (!t) return MOLE_OK;
-  TRY(check_shape(L, t, ne0, ne1, ne2));
+  TRY(check_shape(L, t, nd, ne0, ne1, ne2));
   const quant_traits *tr = quant_traits_of((quant_type)t->type);
   if (!tr || !tr->vec_dot || !tr->to_float)
     return mole_errorf(MOLE_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which mole cannot compute with", L->path,
@@ -229,6 +250,15 @@ static mole_status bind_mat(loader *L, model_tensor *mt, const char *name, bool 
   mt->row_bytes = quant_row_size(mt->type, ne0);
   mt->mat_bytes = mt->row_bytes * (size_t)ne1;
   return MOLE_OK;
+}
+
+static mole_status bind_mat(loader *L, model_tensor *mt, const char *name, bool required, int64_t ne0, int64_t ne1) {
+  return bind_tensor(L, mt, name, required, 2, ne0, ne1, 1);
+}
+
+static mole_status bind_stack(loader *L, model_tensor *mt, const char *name, bool required, int64_t ne0, int64_t ne1,
+                              int64_t ne2) {
+  return bind_tensor(L, mt, name, required, 3, ne0, ne1, ne2);
 }
 
 // A shard's rows [r0, r1) of a bound matrix (column parallel).
@@ -260,7 +290,7 @@ static mole_status bind_vec(loader *L, const float **out, const char *name, bool
   *out = NULL;
   TRY(find(L, name, required, &t));
   if (!t) return MOLE_OK;
-  TRY(check_shape(L, t, n, 1, 1));
+  TRY(check_shape(L, t, 1, n, 1, 1));
   const quant_traits *tr = quant_traits_of((quant_type)t->type);
   if (!tr || !tr->to_float)
     return mole_errorf(MOLE_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which mole cannot read", L->path, name,
@@ -286,13 +316,21 @@ static mole_status bind_layer(loader *L, int64_t il) {
   const model_shard *sh = &m->shard;
   const int64_t group = hp->n_head / hp->n_head_kv, hd = hp->head_dim, hdv = hp->head_dim_v;
   TRY(bind_vec(L, &ly->attn_norm, NAME("attn_norm.weight"), true, E));
-  TRY(bind_mat(L, &ly->wq, NAME("attn_q.weight"), true, E, q_dim, 1));
+  TRY(bind_mat(L, &ly->wq, NAME("attn_q.weight"), true, E, q_dim));
   slice_rows(&ly->wq, sh->kvh0 * group * hd, sh->kvh1 * group * hd);
-  TRY(bind_mat(L, &ly->wk, NAME("attn_k.weight"), true, E, k_dim, 1));
+  TRY(bind_mat(L, &ly->wk, NAME("attn_k.weight"), true, E, k_dim));
   slice_rows(&ly->wk, sh->kvh0 * hd, sh->kvh1 * hd);
-  TRY(bind_mat(L, &ly->wv, NAME("attn_v.weight"), true, E, v_dim, 1));
+  TRY(bind_mat(L, &ly->wv, NAME("attn_v.weight"), true, E, v_dim));
+  // the block's input is converted for attn_q's type and attn_k's; attn_v takes one of them
+  const quant_type vq = ops_vec_type(&ly->wq), vk = ops_vec_type(&ly->wk), vv = ops_vec_type(&ly->wv);
+  if (vv != vq && vv != vk)
+    return mole_errorf(MOLE_ERR_UNSUPPORTED,
+                       "%s: tensor '%s' (%s) takes its input as %s, attn_q and attn_k as %s and %s: mole converts an "
+                       "attention block's input to at most two types",
+                       L->path, n, quant_type_name(ly->wv.type), quant_type_name(vv), quant_type_name(vq),
+                       quant_type_name(vk));
   slice_rows(&ly->wv, sh->kvh0 * hdv, sh->kvh1 * hdv);
-  TRY(bind_mat(L, &ly->wo, NAME("attn_output.weight"), true, o_dim, E, 1));
+  TRY(bind_mat(L, &ly->wo, NAME("attn_output.weight"), true, o_dim, E));
   TRY(slice_cols(L, &ly->wo, n, sh->kvh0 * group * hdv, sh->kvh1 * group * hdv));
   TRY(bind_vec(L, &ly->bq, NAME("attn_q.bias"), ad->qkv_bias, q_dim));
   TRY(bind_vec(L, &ly->bk, NAME("attn_k.bias"), ad->qkv_bias, k_dim));
@@ -313,38 +351,44 @@ static mole_status bind_layer(loader *L, int64_t il) {
   TRY(bind_vec(L, &ly->ffn_norm, NAME("ffn_norm.weight"), true, E));
   if (hp->n_expert == 0) {
     if (hp->n_ff <= 0) return mole_errorf(MOLE_ERR_NOT_FOUND, "%s: missing '%s.feed_forward_length'", L->path, L->arch);
-    TRY(bind_mat(L, &ly->ffn_gate, NAME("ffn_gate.weight"), true, E, hp->n_ff, 1));
+    TRY(bind_mat(L, &ly->ffn_gate, NAME("ffn_gate.weight"), true, E, hp->n_ff));
     slice_rows(&ly->ffn_gate, sh->ff0, sh->ff1);
-    TRY(bind_mat(L, &ly->ffn_up, NAME("ffn_up.weight"), true, E, hp->n_ff, 1));
+    TRY(bind_mat(L, &ly->ffn_up, NAME("ffn_up.weight"), true, E, hp->n_ff));
     slice_rows(&ly->ffn_up, sh->ff0, sh->ff1);
-    TRY(bind_mat(L, &ly->ffn_down, NAME("ffn_down.weight"), true, hp->n_ff, E, 1));
+    TRY(bind_mat(L, &ly->ffn_down, NAME("ffn_down.weight"), true, hp->n_ff, E));
     TRY(slice_cols(L, &ly->ffn_down, n, sh->ff0, sh->ff1));
   } else {
     int64_t X = hp->n_expert, F = hp->n_ff_exp;
-    TRY(bind_mat(L, &ly->gate_inp, NAME("ffn_gate_inp.weight"), true, E, X, 1));
+    TRY(bind_mat(L, &ly->gate_inp, NAME("ffn_gate_inp.weight"), true, E, X));
     if (experts_store_is_packed(L->f)) {
       // packed expert store (mole pack): no ffn_*_exps stacks; shapes and types
       // come from its mole.pack.* metadata, the weights only via the provider
       const experts_dims d = {hp->n_layer, hp->n_expert, hp->n_embd, hp->n_ff_exp};
       TRY(experts_store_describe(L->f, L->path, &d, il, &ly->gate_exps, &ly->up_exps, &ly->down_exps));
     } else {
-      TRY(bind_mat(L, &ly->gate_exps, NAME("ffn_gate_exps.weight"), true, E, F, X));
+      TRY(bind_stack(L, &ly->gate_exps, NAME("ffn_gate_exps.weight"), true, E, F, X));
       slice_rows(&ly->gate_exps, sh->fe0, sh->fe1);
-      TRY(bind_mat(L, &ly->up_exps, NAME("ffn_up_exps.weight"), true, E, F, X));
+      TRY(bind_stack(L, &ly->up_exps, NAME("ffn_up_exps.weight"), true, E, F, X));
       slice_rows(&ly->up_exps, sh->fe0, sh->fe1);
-      TRY(bind_mat(L, &ly->down_exps, NAME("ffn_down_exps.weight"), true, F, E, X));
+      TRY(bind_stack(L, &ly->down_exps, NAME("ffn_down_exps.weight"), true, F, E, X));
       TRY(slice_cols(L, &ly->down_exps, n, sh->fe0, sh->fe1));
     }
+    if (ops_vec_type(&ly->gate_exps) != ops_vec_type(&ly->up_exps))
+      return mole_errorf(MOLE_ERR_UNSUPPORTED,
+                         "%s: blk.%lld: ffn_gate_exps (%s) and ffn_up_exps (%s) take their input as %s and %s: mole "
+                         "needs one type for both",
+                         L->path, (long long)il, quant_type_name(ly->gate_exps.type), quant_type_name(ly->up_exps.type),
+                         quant_type_name(ops_vec_type(&ly->gate_exps)), quant_type_name(ops_vec_type(&ly->up_exps)));
     if (ad->shexp) {
       int64_t S = hp->n_ff_shexp;
       if (S <= 0)
         return mole_errorf(MOLE_ERR_NOT_FOUND, "%s: missing '%s.expert_shared_feed_forward_length'", L->path, L->arch);
       TRY(bind_vec(L, &ly->gate_inp_shexp, NAME("ffn_gate_inp_shexp.weight"), true, E));
-      TRY(bind_mat(L, &ly->gate_shexp, NAME("ffn_gate_shexp.weight"), true, E, S, 1));
+      TRY(bind_mat(L, &ly->gate_shexp, NAME("ffn_gate_shexp.weight"), true, E, S));
       slice_rows(&ly->gate_shexp, sh->fs0, sh->fs1);
-      TRY(bind_mat(L, &ly->up_shexp, NAME("ffn_up_shexp.weight"), true, E, S, 1));
+      TRY(bind_mat(L, &ly->up_shexp, NAME("ffn_up_shexp.weight"), true, E, S));
       slice_rows(&ly->up_shexp, sh->fs0, sh->fs1);
-      TRY(bind_mat(L, &ly->down_shexp, NAME("ffn_down_shexp.weight"), true, S, E, 1));
+      TRY(bind_mat(L, &ly->down_shexp, NAME("ffn_down_shexp.weight"), true, S, E));
       TRY(slice_cols(L, &ly->down_shexp, n, sh->fs0, sh->fs1));
     }
   }
@@ -387,9 +431,9 @@ static mole_status bind_all(loader *L) {
     return mole_errorf(MOLE_ERR_FORMAT, "%s: tensor 'token_embd.weight' has shape [%lld, %lld], expected [%lld, n_vocab]",
                        L->path, (long long)te->ne[0], (long long)te->ne[1], (long long)hp->n_embd);
   hp->n_vocab = te->ne[1];
-  TRY(bind_mat(L, &m->tok_embd, "token_embd.weight", true, hp->n_embd, hp->n_vocab, 1));
+  TRY(bind_mat(L, &m->tok_embd, "token_embd.weight", true, hp->n_embd, hp->n_vocab));
   TRY(bind_vec(L, &m->output_norm, "output_norm.weight", true, hp->n_embd));
-  TRY(bind_mat(L, &m->output, "output.weight", false, hp->n_embd, hp->n_vocab, 1));
+  TRY(bind_mat(L, &m->output, "output.weight", false, hp->n_embd, hp->n_vocab));
   if (!m->output.data) m->output = m->tok_embd;  // tied embeddings
   TRY(resolve_shard(L));
   slice_rows(&m->output, m->shard.voc0, m->shard.voc1);

@@ -68,7 +68,7 @@ typedef struct model_layer {
 } model_layer;
 
 // The share of the model this process computes when several run it together
-// (tensor parallelism, src/dist/): whole KV heads with their query heads,
+// (tensor parallelism, src/parallel/): whole KV heads with their query heads,
 // and ranges of the dense FFN's columns, of every routed expert's FFN
 // columns, of the shared expert's, and of the output's vocabulary rows.
 // Column-parallel matrices (wq, wk, wv, gate, up, output) keep their rows of
@@ -91,7 +91,7 @@ typedef struct model_local {
   int64_t n_vocab;            // output rows computed here
 } model_local;
 
-// How the processes that share a model (src/dist/ fills it in) exchange
+// How the processes that share a model (src/parallel/ fills it in) exchange
 // activations; all hooks NULL for one process. Rows are token rows of `row`
 // floats. `on_rows(user, a, b)` computes rows [a, b) of a matmul around a
 // collective: with overlap the collective runs as a ring and calls it tile
@@ -131,7 +131,7 @@ typedef struct model_comm {
   // root: a KV cache is gone (the others free theirs); the model is closing
   void (*kv_release)(void *ctx, uint64_t kv_id);
   // root: runs the whole pass in place of model_forward_batch (disaggregated
-  // attention and experts, src/dist/disagg.c); NULL: the pass runs here
+  // attention and experts, src/parallel/disagg.c); NULL: the pass runs here
   mole_status (*forward)(void *ctx, model_scratch *s, const model_seg *segs, int64_t n_segs);
   // the other ranks' loop (mole_dist_worker); NULL: dist.c's
   mole_status (*worker)(void *ctx);
@@ -155,7 +155,7 @@ typedef void (*model_attn_hook)(void *ctx, int64_t layer, int64_t n, const float
 
 struct mole_model {
   gguf_file *gguf;
-  model_comm comm;         // several processes (src/dist/); zeroed for one
+  model_comm comm;         // several processes (src/parallel/); zeroed for one
   model_hparams hp;
   model_shard shard;       // resolved (no 0 ends) after load
   model_local loc;
@@ -225,7 +225,7 @@ struct model_seg {
 mole_status model_forward_batch(mole_model *m, model_scratch *s, const model_seg *segs, int64_t n_segs);
 
 // The same pass step by step, for a MoE model whose routed experts run
-// elsewhere (src/dist/disagg.c): begin (the batch's tables, embeddings);
+// elsewhere (src/parallel/disagg.c): begin (the batch's tables, embeddings);
 // for every layer, attn (attention, the FFN norm, the router: out points at
 // the n rows xn [n][n_embd] and their k choices sel, w [n][k]), then ffn_end
 // with each choice's unweighted expert output, row idx[t*k + c] of out

@@ -16,8 +16,8 @@ void ops_rope(float *x, int64_t n_heads, int64_t head_dim, int64_t pos, const mo
   const int64_t n_rot = hp->n_rot;
   if (n_rot == 0) return;
   // cos/sin per pair, as ggml's rope cache: theta_i = pos * base^(-2i/n_rot)
-  float cs[2048];  // [n_rot/2][2]
-  MOLE_ASSERT(n_rot <= 2048);
+  float cs[OPS_ROPE_MAX_ROT];  // [n_rot/2][2]
+  MOLE_ASSERT(n_rot <= OPS_ROPE_MAX_ROT);
   const float theta_scale = powf(hp->rope_base, -2.0f / (float)n_rot);
   float theta = (float)pos;
   for (int64_t i = 0; i < n_rot / 2; i++) {

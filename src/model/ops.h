@@ -7,7 +7,9 @@
 
 // y[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]   (sum of squares in double, as ggml)
 void ops_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
-// RoPE in place on x [n_heads][head_dim] at position pos (first n_rot dims).
+// RoPE in place on x [n_heads][head_dim] at position pos (first n_rot dims,
+// at most OPS_ROPE_MAX_ROT: its table is on the stack; the loader refuses more).
+enum { OPS_ROPE_MAX_ROT = 2048 };
 void ops_rope(float *x, int64_t n_heads, int64_t head_dim, int64_t pos, const model_hparams *hp, const float *freqs);
 // y = silu(g) * u, n elements, bit-identical to ggml's AVX-512 build on
 // AVX-512 machines (polynomial exp on blocks of 16, libm expf on the tail).

@@ -1,4 +1,4 @@
-// dist/disagg: attention here, experts there (MegaScale-Infer, arXiv
+// parallel/disagg: attention here, experts there (MegaScale-Infer, arXiv
 // 2504.02263) on Open MPI.
 //
 // Roles: ranks [0, A) are attention ranks, the last E ranks expert ranks
@@ -33,19 +33,29 @@
 // expert (mole's grouped expert matmuls), so the logits equal the single
 // process's bit for bit. Sampling stays on the root: the other attention
 // ranks send their sequences' logits there.
+//
+// Errors: every buffer, scratch and KV cache a pass needs is sized when its
+// batch arrives (every rank knows every rank's share of it: the owners of
+// the sequences, each attention rank's micro-batches), before any rank
+// sends a row; then all ranks agree on the outcome (parallel_agree), so a
+// rank that cannot make room stops every rank with its error (the root's
+// passes fail with it from then on). The same at the end of the load. A
+// rank that fails inside a pass (the others wait for its rows, results or
+// logits) ends the job with MPI_Abort after printing why.
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
-#include "dist/dist.h"
-#include "dist/dist_internal.h"
 #include "experts/experts.h"
 #include "kv/kv.h"
 #include "model/model.h"
+#include "parallel/disagg.h"
+#include "parallel/parallel.h"
+#include "parallel/shares.h"
 
 enum { CMD_STEP = 1, CMD_KV_FREE, CMD_STOP, CMD_STATS, CMD_RESET };
 enum { MB_MAX = 16, TAG_LOGITS = 7, TAG_LAYER = 1000 };
-enum { MAXR = DIST_MAX_RANKS };
+enum { MAXR = PARALLEL_MAX_RANKS };
 
 typedef struct {
   uint64_t id;
@@ -58,41 +68,49 @@ typedef struct {
   model_scratch *s;
   int64_t s_batch, s_ctx;
   int64_t seg0, n_segs, n;  // its sequences: local segments [seg0, seg0 + n_segs), n tokens
-  float *send[MAXR];       // per expert rank: rows [expert | weight | x_n]
-  size_t send_cap[MAXR];
+  float *send;             // rows [expert | weight | x_n], by expert rank (from res_off)
+  size_t send_cap;
   float *res;              // results, by expert rank: rows [computed | y]
   size_t res_cap;
   int64_t res_off[MAXR + 1];
   int64_t *pos, *idx;      // [n*k] result row of each choice; the same or -1 (skipped)
-  size_t pos_cap;
+  size_t pos_cap, idx_cap;
   MPI_Request rq[2 * MAXR];
   bool in_flight;
 } dg_mb;
 
 typedef struct dg_ctx {
   MPI_Comm comm;
+  parallel_chan ch;  // the root's batches and commands
   int rank, size;
   int A, E;            // attention ranks [0, A), expert ranks [size - E, size)
   bool is_attn, is_exp;
   int mb;              // micro-batches per attention rank
   bool ping_pong;
+  bool fault;          // MOLE_TEST_FAIL_RANK names this rank: its first pass fails
   mole_model *m;
   int64_t row_in, row_out;  // floats per row sent to / back from the experts
   int64_t ex0[MAXR + 1];    // experts of expert rank x: [ex0[x], ex0[x+1])
   // sequences: the root's owner table; a worker's KV caches
   dg_seq *seqs;
-  int64_t n_seqs, cap_seqs;
+  int64_t n_seqs;
+  size_t seqs_cap;
   int64_t seq_count[MAXR];  // root: sequences each attention rank holds
   // this pass
-  int64_t *msg;
-  size_t msg_cap;
+  int *own;  // root: the owner of each sequence of the batch
+  size_t own_cap;
+  MPI_Request *lrq;  // root: the other attention ranks' logits
+  size_t lrq_cap;
   model_seg *lsegs;  // this rank's sequences
   size_t lsegs_cap;
   int32_t *ltoks;
   size_t ltoks_cap;
   float *lg;  // a worker's logits before they go to the root
   size_t lg_cap;
-  int64_t step_tokens;  // tokens of the whole pass (all ranks)
+  int64_t *seg_n;  // one attention rank's sequences' tokens (mb_split)
+  size_t seg_n_cap;
+  int64_t step_tokens;      // tokens of the whole pass (all ranks)
+  int64_t tok_of[MAXR];     // tokens of each attention rank this pass
   dg_mb mbs[MB_MAX];
   // expert side
   int64_t x_next, x_total;  // (layer, micro-batch) pairs served, in all this pass
@@ -110,21 +128,11 @@ typedef struct dg_ctx {
   int32_t *xsel;
   float *xw;
   uint8_t *xdone;
-  size_t x_cap;
+  size_t x_cap;  // rows of xin, xout, xsel, xw, xdone
   mole_disagg_rank st;
-  bool failed;
 } dg_ctx;
 
 static double now_s(void) { return MPI_Wtime(); }
-
-static void *grow(void *p, size_t *cap, size_t need) {
-  if (need <= *cap) return p;
-  need = need < 2 * *cap ? 2 * *cap : need;
-  void *q = mole_realloc(p, need);
-  MOLE_ASSERT(q);  // activation buffers of a few MiB; out of memory here is fatal
-  *cap = need;
-  return q;
-}
 
 static int exp_rank(const dg_ctx *d, int x) { return d->size - d->E + x; }
 
@@ -161,7 +169,7 @@ static void dg_wait(dg_ctx *d, MPI_Request *rq, int n, bool serve) {
       }
     }
     if (now_s() - t0 - worked > 100e-6) {
-      nap_us = nap_us ? MOLE_MIN(2 * nap_us, (long)DIST_NAP_PASS_US) : 10;
+      nap_us = nap_us ? MOLE_MIN(2 * nap_us, (long)PARALLEL_NAP_PASS_US) : 10;
       const struct timespec ts = {0, nap_us * 1000};
       nanosleep(&ts, NULL);
     }
@@ -169,15 +177,38 @@ static void dg_wait(dg_ctx *d, MPI_Request *rq, int n, bool serve) {
   d->st.wait_s += now_s() - t0 - worked;
 }
 
+// ---- the batch --------------------------------------------------------------------
+
+// Attention rank a's micro-batches of the batch p: its sequences in the
+// batch's order, whole, about equal tokens each; micro-batch j gets its
+// sequences [first[j], first[j+1]) and tok[j] tokens. Every rank can work
+// out every attention rank's (the expert side sizes its buffers by them).
+static void mb_split(dg_ctx *d, const int64_t *p, int a, int64_t *first, int64_t *tok) {
+  int64_t n_a = 0, tot = 0;
+  for (int64_t i = 0; i < p[1]; i++)
+    if (parallel_batch_seg(p, i)[PARALLEL_SEG_OWNER] == a) tot += d->seg_n[n_a++] = parallel_batch_seg(p, i)[PARALLEL_SEG_N];
+  int64_t i = 0, acc = 0;
+  for (int j = 0; j < d->mb; j++) {
+    first[j] = i;
+    tok[j] = 0;
+    while (i < n_a && (j == d->mb - 1 || acc + d->seg_n[i] / 2 < tot * (j + 1) / d->mb || tok[j] == 0)) {
+      tok[j] += d->seg_n[i];
+      acc += d->seg_n[i];
+      i++;
+    }
+  }
+  first[d->mb] = i;
+}
+
 // ---- expert side ---------------------------------------------------------------
 
 static void post_expert_recvs(dg_ctx *d) {
   const int64_t q = d->x_next, il = q / d->mb, j = q % d->mb, par = q & 1;
-  // at most every token's every choice of the pass from one attention rank
-  const size_t need = (size_t)(d->step_tokens * d->m->hp.n_expert_used * d->row_in) * sizeof(float);
   for (int a = 0; a < d->A; a++) {
-    d->rbuf[par][a] = grow(d->rbuf[par][a], &d->rbuf_cap[par][a], MOLE_MAX(need, 64));
-    MPI_Irecv(d->rbuf[par][a], (int)(need / sizeof(float)), MPI_FLOAT, a, tag_of(il, j), d->comm, &d->rrq[a]);
+    // at most every choice of every token of that attention rank
+    const int64_t most = d->tok_of[a] * d->m->hp.n_expert_used * d->row_in;
+    MOLE_ASSERT((size_t)most * sizeof(float) <= d->rbuf_cap[par][a]);  // pass_prep
+    MPI_Irecv(d->rbuf[par][a], (int)most, MPI_FLOAT, a, tag_of(il, j), d->comm, &d->rrq[a]);
   }
   d->x_posted = true;
 }
@@ -205,30 +236,9 @@ static bool expert_try(dg_ctx *d) {
   d->x_next++;
   d->x_posted = false;
   if (d->x_next < d->x_total) post_expert_recvs(d);  // the next pair's rows land while this one computes
-  if (N > d->xs_rows) {
-    model_scratch_free(d->xs);
-    d->xs = NULL;
-    d->xs_rows = MOLE_MAX(N, 2 * d->xs_rows);
-    if (model_scratch_new(d->m, d->xs_rows, 1, &d->xs)) {
-      fprintf(stderr, "mole: rank %d: %s\n", d->rank, mole_last_error());
-      MPI_Abort(d->comm, 1);  // a rank that cannot compute would leave the others waiting forever
-    }
-  }
-  if ((size_t)N > d->x_cap) {
-    size_t cap = d->x_cap;
-    d->xin = grow(d->xin, &cap, (size_t)N * sizeof *d->xin);
-    cap = d->x_cap;
-    d->xout = grow(d->xout, &cap, (size_t)N * sizeof *d->xout);
-    cap = d->x_cap;
-    d->xsel = grow(d->xsel, &cap, (size_t)N * sizeof *d->xsel);
-    cap = d->x_cap;
-    d->xw = grow(d->xw, &cap, (size_t)N * sizeof *d->xw);
-    cap = d->x_cap;
-    d->xdone = grow(d->xdone, &cap, (size_t)N);
-    d->x_cap = (size_t)N;
-  }
+  MOLE_ASSERT(N <= d->xs_rows && (size_t)N <= d->x_cap);  // pass_prep
   for (int a = 0, r = 0; a < d->A; a++) {
-    d->sbuf[par][a] = grow(d->sbuf[par][a], &d->sbuf_cap[par][a], (size_t)MOLE_MAX(cnt[a] * d->row_out, 1) * sizeof(float));
+    MOLE_ASSERT((size_t)(cnt[a] * d->row_out) * sizeof(float) <= d->sbuf_cap[par][a]);
     const float *in = d->rbuf[par][a];
     for (int64_t i = 0; i < cnt[a]; i++, r++) {
       const float *row = in + i * d->row_in;
@@ -239,11 +249,8 @@ static bool expert_try(dg_ctx *d) {
       MOLE_ASSERT(d->xsel[r] >= d->ex0[d->rank - (d->size - d->E)] && d->xsel[r] < d->ex0[d->rank - (d->size - d->E) + 1]);
     }
   }
-  mole_status st = model_experts_rows(d->m, d->xs, il, N, d->xin, d->xsel, d->xw, d->xout, d->xdone);
-  if (st) {
-    fprintf(stderr, "mole: rank %d: experts of layer %lld: %s\n", d->rank, (long long)il, mole_last_error());
-    MPI_Abort(d->comm, 1);
-  }
+  if (model_experts_rows(d->m, d->xs, il, N, d->xin, d->xsel, d->xw, d->xout, d->xdone))
+    parallel_abort(d->comm, "the routed experts");  // the attention ranks wait for these results
   for (int a = 0, r = 0; a < d->A; a++) {
     for (int64_t i = 0; i < cnt[a]; i++, r++) {
       float *row = d->sbuf[par][a] + i * d->row_out;
@@ -268,7 +275,7 @@ static void serve_rest(dg_ctx *d) {
       worked += now_s() - w0;
       nap_us = 0;
     } else if (now_s() - t0 - worked > 100e-6) {
-      nap_us = nap_us ? MOLE_MIN(2 * nap_us, (long)DIST_NAP_PASS_US) : 10;
+      nap_us = nap_us ? MOLE_MIN(2 * nap_us, (long)PARALLEL_NAP_PASS_US) : 10;
       const struct timespec ts = {0, nap_us * 1000};
       nanosleep(&ts, NULL);
     }
@@ -284,22 +291,14 @@ static void dispatch(dg_ctx *d, dg_mb *b, int64_t il) {
   const double t0 = now_s();
   model_moe_rows r = {0};
   if (b->n > 0) model_step_attn(d->m, b->s, il, &r);
+  MOLE_ASSERT(r.n == b->n);  // pass_prep sized the buffers for b->n tokens
   int64_t cnt[MAXR] = {0}, fill[MAXR] = {0};
   for (int64_t i = 0; i < r.n * K; i++) cnt[owner_of(d, r.sel[i])]++;
   b->res_off[0] = 0;
-  for (int x = 0; x < d->E; x++) {
-    b->res_off[x + 1] = b->res_off[x] + cnt[x];
-    b->send[x] = grow(b->send[x], &b->send_cap[x], (size_t)MOLE_MAX(cnt[x] * d->row_in, 1) * sizeof(float));
-  }
-  b->res = grow(b->res, &b->res_cap, (size_t)MOLE_MAX(b->res_off[d->E] * d->row_out, 1) * sizeof(float));
-  size_t pc = b->pos_cap;
-  b->pos = grow(b->pos, &pc, (size_t)MOLE_MAX(r.n * K, 1) * sizeof(int64_t));
-  pc = b->pos_cap;
-  b->idx = grow(b->idx, &pc, (size_t)MOLE_MAX(r.n * K, 1) * sizeof(int64_t));
-  b->pos_cap = pc;
+  for (int x = 0; x < d->E; x++) b->res_off[x + 1] = b->res_off[x] + cnt[x];
   for (int64_t i = 0; i < r.n * K; i++) {
     const int x = owner_of(d, r.sel[i]);
-    float *row = b->send[x] + fill[x] * d->row_in;
+    float *row = b->send + (b->res_off[x] + fill[x]) * d->row_in;
     memcpy(row, &r.sel[i], sizeof(int32_t));
     row[1] = r.w[i];
     memcpy(row + 2, r.xn + (i / K) * E, (size_t)E * sizeof(float));
@@ -309,8 +308,8 @@ static void dispatch(dg_ctx *d, dg_mb *b, int64_t il) {
   for (int x = 0; x < d->E; x++) {
     MPI_Irecv(b->res + b->res_off[x] * d->row_out, (int)(cnt[x] * d->row_out), MPI_FLOAT, exp_rank(d, x),
               tag_back(il, j), d->comm, &b->rq[x]);
-    MPI_Isend(b->send[x], (int)(cnt[x] * d->row_in), MPI_FLOAT, exp_rank(d, x), tag_of(il, j), d->comm,
-              &b->rq[d->E + x]);
+    MPI_Isend(b->send + b->res_off[x] * d->row_in, (int)(cnt[x] * d->row_in), MPI_FLOAT, exp_rank(d, x),
+              tag_of(il, j), d->comm, &b->rq[d->E + x]);
     d->st.bytes_sent += cnt[x] * d->row_in * 4;
   }
   b->in_flight = true;
@@ -330,10 +329,107 @@ static void finish(dg_ctx *d, dg_mb *b, int64_t il) {
   d->st.attn_s += now_s() - t0;
 }
 
+// ---- a pass -----------------------------------------------------------------------
+
+// Attention side: micro-batch j of this rank's n_local sequences (d->lsegs),
+// sequences [first, first + n_segs) of n tokens: its scratch, its batch
+// begun, its buffers for n tokens' choices.
+static mole_status mb_prep(dg_ctx *d, dg_mb *b, int64_t first, int64_t n_segs, int64_t n) {
+  const int64_t nk = MOLE_MAX(n * d->m->hp.n_expert_used, 1);  // (an empty micro-batch still sends from a buffer)
+  b->seg0 = first;
+  b->n_segs = n_segs;
+  b->n = n;
+  mole_status st = MOLE_OK;
+  b->send = parallel_grow(b->send, &b->send_cap, (size_t)(nk * d->row_in) * sizeof(float), "rows to the experts", &st);
+  b->res = parallel_grow(b->res, &b->res_cap, (size_t)(nk * d->row_out) * sizeof(float), "rows from the experts", &st);
+  b->pos = parallel_grow(b->pos, &b->pos_cap, (size_t)nk * sizeof *b->pos, "the rows' places", &st);
+  b->idx = parallel_grow(b->idx, &b->idx_cap, (size_t)nk * sizeof *b->idx, "the rows' places", &st);
+  if (st || n == 0) return st;
+  int64_t ctx = 1;
+  for (int64_t i = first; i < first + n_segs; i++) ctx = MOLE_MAX(ctx, d->lsegs[i].kv->n_ctx);
+  if (n > b->s_batch || ctx > b->s_ctx) {  // a scratch for the largest batch and context seen
+    const int64_t sn = MOLE_MAX(n, b->s_batch), sc = MOLE_MAX(ctx, b->s_ctx);
+    model_scratch_free(b->s);
+    b->s = NULL;
+    b->s_batch = b->s_ctx = 0;
+    if ((st = model_scratch_new(d->m, sn, sc, &b->s))) return st;
+    b->s_batch = sn;
+    b->s_ctx = sc;
+  }
+  return model_step_begin(d->m, b->s, d->lsegs + first, n_segs);
+}
+
+// Expert side: room for up to `rows` rows of one (layer, micro-batch), and
+// for the rows each attention rank may send (every choice of its tokens).
+static mole_status expert_prep(dg_ctx *d, int64_t rows) {
+  const int64_t K = d->m->hp.n_expert_used;
+  mole_status st = MOLE_OK;
+  for (int par = 0; par < 2; par++)
+    for (int a = 0; a < d->A; a++) {
+      const size_t most = (size_t)MOLE_MAX(d->tok_of[a] * K, 1);
+      d->rbuf[par][a] = parallel_grow(d->rbuf[par][a], &d->rbuf_cap[par][a], most * (size_t)d->row_in * sizeof(float),
+                                      "rows from the attention ranks", &st);
+      d->sbuf[par][a] = parallel_grow(d->sbuf[par][a], &d->sbuf_cap[par][a], most * (size_t)d->row_out * sizeof(float),
+                                      "rows to the attention ranks", &st);
+    }
+  if (!st && (size_t)rows > d->x_cap) {
+    size_t c = d->x_cap * sizeof *d->xin;
+    d->xin = parallel_grow(d->xin, &c, (size_t)rows * sizeof *d->xin, "the expert rows", &st);
+    c = d->x_cap * sizeof *d->xout;
+    d->xout = parallel_grow(d->xout, &c, (size_t)rows * sizeof *d->xout, "the expert rows", &st);
+    c = d->x_cap * sizeof *d->xsel;
+    d->xsel = parallel_grow(d->xsel, &c, (size_t)rows * sizeof *d->xsel, "the expert rows", &st);
+    c = d->x_cap * sizeof *d->xw;
+    d->xw = parallel_grow(d->xw, &c, (size_t)rows * sizeof *d->xw, "the expert rows", &st);
+    c = d->x_cap * sizeof *d->xdone;
+    d->xdone = parallel_grow(d->xdone, &c, (size_t)rows * sizeof *d->xdone, "the expert rows", &st);
+    if (!st) d->x_cap = (size_t)rows;
+  }
+  if (!st && rows > d->xs_rows) {
+    model_scratch_free(d->xs);
+    d->xs = NULL;
+    d->xs_rows = 0;
+    if (!(st = model_scratch_new(d->m, rows, 1, &d->xs))) d->xs_rows = rows;
+  }
+  return st;
+}
+
+// Everything this rank needs for the batch in d->ch.msg (its own sequences
+// in d->lsegs, n_local of them), before any rank sends a row.
+static mole_status pass_prep(dg_ctx *d, int64_t n_local) {
+  const int64_t *p = d->ch.msg, n_segs = p[1], K = d->m->hp.n_expert_used;
+  mole_status st = MOLE_OK;
+  if (d->fault) {
+    d->fault = false;
+    return mole_errorf(MOLE_ERR_NOMEM, "out of memory (injected: MOLE_TEST_FAIL_RANK=%d)", d->rank);
+  }
+  d->seg_n = parallel_grow(d->seg_n, &d->seg_n_cap, (size_t)MOLE_MAX(n_segs, 1) * sizeof *d->seg_n, "the batch", &st);
+  if (st) return st;
+  d->step_tokens = 0;
+  for (int a = 0; a < d->A; a++) d->tok_of[a] = 0;
+  for (int64_t i = 0; i < n_segs; i++) {
+    d->step_tokens += parallel_batch_seg(p, i)[PARALLEL_SEG_N];
+    d->tok_of[parallel_batch_seg(p, i)[PARALLEL_SEG_OWNER]] += parallel_batch_seg(p, i)[PARALLEL_SEG_N];
+  }
+  // every attention rank's micro-batches: this rank's own; the most rows
+  // of one (layer, micro-batch) reaching an expert rank
+  int64_t first[MB_MAX + 1], tok[MB_MAX], rows[MB_MAX] = {0}, most = 1;
+  for (int a = 0; a < d->A; a++) {
+    mb_split(d, p, a, first, tok);
+    for (int j = 0; j < d->mb; j++) rows[j] += tok[j] * K;
+    if (a != d->rank) continue;
+    MOLE_ASSERT(first[d->mb] == n_local);
+    for (int j = 0; j < d->mb && !st; j++) st = mb_prep(d, &d->mbs[j], first[j], first[j + 1] - first[j], tok[j]);
+  }
+  for (int j = 0; j < d->mb; j++) most = MOLE_MAX(most, rows[j]);
+  if (!st && d->is_exp) st = expert_prep(d, most);
+  return st;
+}
+
 // This rank's part of a pass: its sequences (if any) through every layer
 // in micro-batches, serving expert work as it goes; an expert rank serves
 // until every attention rank's last layer is done.
-static mole_status run_pass(dg_ctx *d, int64_t n_local) {
+static mole_status pass_run(dg_ctx *d) {
   mole_model *m = d->m;
   const int64_t L = m->hp.n_layer;
   const double t0 = now_s();
@@ -342,39 +438,7 @@ static mole_status run_pass(dg_ctx *d, int64_t n_local) {
   d->x_total = d->is_exp ? L * d->mb : 0;
   d->x_posted = false;
   if (d->is_attn) {
-    // whole sequences to micro-batches, about equal tokens each
-    int64_t tot = 0;
-    for (int64_t i = 0; i < n_local; i++) tot += d->lsegs[i].n;
-    d->st.tokens += tot;
-    int64_t i = 0, acc = 0;
-    for (int j = 0; j < d->mb; j++) {
-      dg_mb *b = &d->mbs[j];
-      b->seg0 = i;
-      b->n = 0;
-      int64_t ctx = 1;
-      while (i < n_local && (j == d->mb - 1 || acc + d->lsegs[i].n / 2 < tot * (j + 1) / d->mb || b->n == 0)) {
-        b->n += d->lsegs[i].n;
-        acc += d->lsegs[i].n;
-        ctx = MOLE_MAX(ctx, d->lsegs[i].kv->n_ctx);
-        i++;
-      }
-      b->n_segs = i - b->seg0;
-      if (b->n > 0 && (b->n > b->s_batch || ctx > b->s_ctx)) {
-        model_scratch_free(b->s);
-        b->s = NULL;
-        b->s_batch = MOLE_MAX(b->n, b->s_batch);
-        b->s_ctx = MOLE_MAX(ctx, b->s_ctx);
-        if ((st = model_scratch_new(m, b->s_batch, b->s_ctx, &b->s))) {
-          b->s_batch = b->s_ctx = 0;
-          break;
-        }
-      }
-      if (b->n > 0 && (st = model_step_begin(m, b->s, d->lsegs + b->seg0, b->n_segs))) break;
-    }
-    if (st) {  // the others go on waiting for this rank's rows
-      fprintf(stderr, "mole: rank %d: %s\n", d->rank, mole_last_error());
-      MPI_Abort(d->comm, 1);
-    }
+    d->st.tokens += d->tok_of[d->rank];
     for (int64_t il = 0; il < L; il++)
       for (int j = 0; j < d->mb; j++) {
         dg_mb *b = &d->mbs[j];
@@ -408,35 +472,21 @@ static dg_seq *seq_find(dg_ctx *d, uint64_t id) {
   return NULL;
 }
 
-static dg_seq *seq_add(dg_ctx *d, uint64_t id, int owner) {
-  if (d->n_seqs == d->cap_seqs) {
-    size_t cap = (size_t)d->cap_seqs * sizeof *d->seqs;
-    d->seqs = grow(d->seqs, &cap, (size_t)MOLE_MAX(2 * d->cap_seqs, 8) * sizeof *d->seqs);
-    d->cap_seqs = (int64_t)(cap / sizeof *d->seqs);
-  }
-  dg_seq *q = &d->seqs[d->n_seqs++];
-  *q = (dg_seq){id, NULL, owner};
+static mole_status seq_add(dg_ctx *d, uint64_t id, int owner, model_kv *kv) {
+  mole_status st = MOLE_OK;
+  d->seqs = parallel_grow(d->seqs, &d->seqs_cap, (size_t)(d->n_seqs + 1) * sizeof *d->seqs, "the sequence table", &st);
+  if (st) return st;
+  d->seqs[d->n_seqs++] = (dg_seq){id, kv, owner};
   d->seq_count[owner]++;
-  return q;
+  return MOLE_OK;
 }
 
-static void bcast_msg(dg_ctx *d, int64_t len, int nap) {
-  MPI_Request rq;
-  MPI_Ibcast(&len, 1, MPI_INT64_T, 0, d->comm, &rq);
-  dist_wait_for(&rq, 1, nap);
-  MPI_Ibcast(d->msg, (int)len, MPI_INT64_T, 0, d->comm, &rq);
-  dist_wait_for(&rq, 1, nap);
+static mole_status send_cmd(dg_ctx *d, int64_t cmd, int64_t arg) {
+  d->ch.msg[0] = cmd;  // within the room every rank has from the start
+  d->ch.msg[1] = arg;
+  return parallel_chan_send(&d->ch, 2);
 }
 
-static void send_cmd(dg_ctx *d, int64_t cmd, int64_t arg) {
-  d->msg = grow(d->msg, &d->msg_cap, 2 * sizeof(int64_t));
-  d->msg[0] = cmd;
-  d->msg[1] = arg;
-  bcast_msg(d, 2, DIST_NAP_PASS_US);
-}
-
-// The batch as int64s: cmd, n_segs, then per sequence: kv id, its n_ctx,
-// type, n_past, n, logits (0 none, 1 last, 2 all), owner; then every token.
 static mole_status root_forward(void *v, model_scratch *s, const model_seg *segs, int64_t n_segs) {
   (void)s;  // each micro-batch has its own
   dg_ctx *d = v;
@@ -463,57 +513,44 @@ static mole_status root_forward(void *v, model_scratch *s, const model_seg *segs
     n += g->n;
   }
   if (n == 0) return mole_errorf(MOLE_ERR_ARG, "forward: no tokens");
-  int64_t len = 2 + 7 * n_segs + n;
-  d->msg = grow(d->msg, &d->msg_cap, (size_t)len * sizeof(int64_t));
-  int64_t *p = d->msg;
-  *p++ = CMD_STEP;
-  *p++ = n_segs;
-  int owner[1024];
-  int *own = n_segs <= 1024 ? owner : mole_malloc((size_t)n_segs * sizeof *own);
-  if (!own) return mole_errorf(MOLE_ERR_NOMEM, "out of memory");
-  for (int64_t i = 0; i < n_segs; i++) {
-    const model_seg *g = &segs[i];
-    dg_seq *q = seq_find(d, g->kv->id);
-    if (!q) {  // a new sequence: to the attention rank with the fewest
-      int best = 0;
-      for (int a = 1; a < d->A; a++)
-        if (d->seq_count[a] < d->seq_count[best]) best = a;
-      q = seq_add(d, g->kv->id, best);
+  // the root's room for the batch: refused (nothing sent, the others wait on) when there is none
+  mole_status st = parallel_chan_stopped(&d->ch);
+  const int64_t len = parallel_batch_len(segs, n_segs);
+  if (!st) st = parallel_chan_reserve(&d->ch, len);
+  d->own = parallel_grow(d->own, &d->own_cap, (size_t)n_segs * sizeof *d->own, "the batch's owners", &st);
+  d->lrq = parallel_grow(d->lrq, &d->lrq_cap, (size_t)(n_segs + 1) * sizeof *d->lrq, "the logits' requests", &st);
+  d->lsegs = parallel_grow(d->lsegs, &d->lsegs_cap, (size_t)n_segs * sizeof *d->lsegs, "the batch", &st);
+  for (int64_t i = 0; i < n_segs && !st; i++) {
+    const dg_seq *q = seq_find(d, segs[i].kv->id);
+    if (q) {
+      d->own[i] = q->owner;
+      continue;
     }
-    own[i] = q->owner;
-    *p++ = (int64_t)g->kv->id;
-    *p++ = g->kv->n_ctx;
-    *p++ = g->kv->type;
-    *p++ = g->n_past;
-    *p++ = g->n;
-    *p++ = g->logits ? (g->all_logits ? 2 : 1) : 0;
-    *p++ = q->owner;
+    int best = 0;  // a new sequence: to the attention rank with the fewest
+    for (int a = 1; a < d->A; a++)
+      if (d->seq_count[a] < d->seq_count[best]) best = a;
+    d->own[i] = best;
+    st = seq_add(d, segs[i].kv->id, best, NULL);
   }
+  if (st) return st;
+  parallel_batch_write(d->ch.msg, CMD_STEP, segs, n_segs, d->own);
+  if ((st = parallel_chan_send(&d->ch, len))) return st;
+  int64_t n_local = 0;
   for (int64_t i = 0; i < n_segs; i++)
-    for (int64_t t = 0; t < segs[i].n; t++) *p++ = segs[i].tokens[t];
-  bcast_msg(d, len, DIST_NAP_PASS_US);
+    if (d->own[i] == 0) d->lsegs[n_local++] = segs[i];
+  st = pass_prep(d, n_local);
+  if ((st = parallel_agree(d->comm, st))) return parallel_chan_stop(&d->ch, st);
   // the other ranks' logits, in each rank's order of its sequences
-  MPI_Request *lrq = mole_malloc((size_t)(n_segs + 1) * sizeof *lrq);
-  int64_t nl = 0, n_local = 0;
-  size_t cap = d->lsegs_cap;
-  d->lsegs = grow(d->lsegs, &cap, (size_t)n_segs * sizeof *d->lsegs);
-  d->lsegs_cap = cap;
-  for (int64_t i = 0; i < n_segs && lrq; i++) {
-    if (own[i] == 0) {
-      d->lsegs[n_local++] = segs[i];
-    } else if (segs[i].logits) {
+  int nl = 0;
+  for (int64_t i = 0; i < n_segs; i++)
+    if (d->own[i] != 0 && segs[i].logits) {
       const int64_t rows = segs[i].all_logits ? segs[i].n : 1;
-      MPI_Irecv(segs[i].logits, (int)(rows * V), MPI_FLOAT, own[i], TAG_LOGITS, d->comm, &lrq[nl++]);
+      MPI_Irecv(segs[i].logits, (int)(rows * V), MPI_FLOAT, d->own[i], TAG_LOGITS, d->comm, &d->lrq[nl++]);
     }
-  }
-  if (own != owner) mole_free(own);
-  if (!lrq) return mole_errorf(MOLE_ERR_NOMEM, "out of memory");  // (MPI_Abort would be kinder; never seen)
-  d->step_tokens = n;
-  mole_status st = run_pass(d, n_local);
+  st = pass_run(d);
   const double t0 = now_s();
-  dg_wait(d, lrq, (int)nl, false);  // (counted as waiting, and as part of the pass)
+  dg_wait(d, d->lrq, nl, false);  // (counted as waiting, and as part of the pass)
   d->st.pass_s += now_s() - t0;
-  mole_free(lrq);
   return st;
 }
 
@@ -523,46 +560,66 @@ static void root_kv_release(void *v, uint64_t id) {
   if (!q) return;  // never ran a pass
   d->seq_count[q->owner]--;
   *q = d->seqs[--d->n_seqs];
-  if (d->A > 1) send_cmd(d, CMD_KV_FREE, (int64_t)id);
+  if (d->A > 1) (void)send_cmd(d, CMD_KV_FREE, (int64_t)id);  // (nothing is sent after a stop)
 }
 
 static void dg_free(dg_ctx *d);
 
 static void root_close(void *v) {
   dg_ctx *d = v;
-  if (d->rank == 0) send_cmd(d, CMD_STOP, 0);
+  if (d->rank == 0) (void)send_cmd(d, CMD_STOP, 0);
   dg_free(d);
 }
 
 // ---- the other ranks ----------------------------------------------------------------
 
-static model_kv *worker_kv(dg_ctx *d, uint64_t id, int64_t n_ctx, quant_type type) {
-  dg_seq *q = seq_find(d, id);
-  if (q) return q->kv;
+// An attention worker's part of the batch in d->ch.msg: its sequences (new
+// ones get a KV cache here), their tokens, room for their logits.
+static mole_status worker_segs(dg_ctx *d, int64_t *n_local) {
+  const int64_t *p = d->ch.msg, n_segs = p[1], V = d->m->hp.n_vocab;
   const model_hparams *hp = &d->m->hp;
-  model_kv *kv;
-  if (kv_new(hp->n_layer, n_ctx, hp->n_head_kv * hp->head_dim, hp->n_head_kv * hp->head_dim_v, type, &kv)) {
-    fprintf(stderr, "mole: rank %d: %s\n", d->rank, mole_last_error());
-    MPI_Abort(d->comm, 1);
+  int64_t n = 0, n_lg = 0;
+  for (int64_t i = 0; i < n_segs; i++) {
+    const int64_t *q = parallel_batch_seg(p, i);
+    n += q[PARALLEL_SEG_N];
+    if (q[PARALLEL_SEG_OWNER] == d->rank) n_lg += q[PARALLEL_SEG_LOGITS] == 2 ? q[PARALLEL_SEG_N] : q[PARALLEL_SEG_LOGITS] == 1;
   }
-  seq_add(d, id, d->rank)->kv = kv;
-  return kv;
+  mole_status st = MOLE_OK;
+  d->lsegs = parallel_grow(d->lsegs, &d->lsegs_cap, (size_t)MOLE_MAX(n_segs, 1) * sizeof *d->lsegs, "the batch", &st);
+  d->ltoks = parallel_grow(d->ltoks, &d->ltoks_cap, (size_t)MOLE_MAX(n, 1) * sizeof *d->ltoks, "the batch's tokens", &st);
+  d->lg = parallel_grow(d->lg, &d->lg_cap, (size_t)MOLE_MAX(n_lg * V, 1) * sizeof *d->lg, "the logits", &st);
+  const int64_t *tp = parallel_batch_tokens(p);
+  *n_local = 0;
+  for (int64_t i = 0, t = 0, lo = 0; i < n_segs && !st; i++) {
+    const int64_t *q = parallel_batch_seg(p, i);
+    if (q[PARALLEL_SEG_OWNER] == d->rank) {
+      for (int64_t k = 0; k < q[PARALLEL_SEG_N]; k++) d->ltoks[t + k] = (int32_t)tp[k];
+      dg_seq *s = seq_find(d, (uint64_t)q[PARALLEL_SEG_ID]);
+      model_kv *kv = s ? s->kv : NULL;
+      if (!kv && !(st = kv_new(hp->n_layer, q[PARALLEL_SEG_CTX], hp->n_head_kv * hp->head_dim, hp->n_head_kv * hp->head_dim_v,
+                               (quant_type)q[PARALLEL_SEG_TYPE], &kv))) {
+        if ((st = seq_add(d, (uint64_t)q[PARALLEL_SEG_ID], d->rank, kv))) kv_free(kv);
+      }
+      if (st) break;
+      d->lsegs[(*n_local)++] =
+          (model_seg){kv, d->ltoks + t, q[PARALLEL_SEG_N], q[PARALLEL_SEG_PAST], q[PARALLEL_SEG_LOGITS] ? d->lg + lo * V : NULL, q[PARALLEL_SEG_LOGITS] == 2};
+      lo += q[PARALLEL_SEG_LOGITS] == 2 ? q[PARALLEL_SEG_N] : q[PARALLEL_SEG_LOGITS] == 1;
+      t += q[PARALLEL_SEG_N];
+    }
+    tp += q[PARALLEL_SEG_N];
+  }
+  return st;
 }
 
 static mole_status worker(void *v) {
   dg_ctx *d = v;
-  mole_status st = MOLE_OK;
   const int64_t V = d->m->hp.n_vocab;
   for (;;) {
     int64_t len;
-    MPI_Request rq;
-    MPI_Ibcast(&len, 1, MPI_INT64_T, 0, d->comm, &rq);
-    dist_wait_for(&rq, 1, DIST_NAP_IDLE_US);  // between passes: may be idle for long
-    d->msg = grow(d->msg, &d->msg_cap, (size_t)len * sizeof(int64_t));
-    MPI_Ibcast(d->msg, (int)len, MPI_INT64_T, 0, d->comm, &rq);
-    dist_wait_for(&rq, 1, DIST_NAP_PASS_US);
-    const int64_t *p = d->msg;
-    if (p[0] == CMD_STOP) break;
+    mole_status st = parallel_chan_recv(&d->ch, &len);
+    if (st) return st;
+    const int64_t *p = d->ch.msg;
+    if (p[0] == CMD_STOP) return MOLE_OK;
     if (p[0] == CMD_KV_FREE) {
       dg_seq *q = seq_find(d, (uint64_t)p[1]);
       if (q) {
@@ -581,34 +638,11 @@ static mole_status worker(void *v) {
       d->st.attn = a, d->st.expert = x;
       continue;
     }
-    const int64_t n_segs = p[1];
-    const int64_t *tp = p + 2 + 7 * n_segs;
-    int64_t n = 0, n_local = 0, n_lg = 0;
-    for (int64_t i = 0; i < n_segs; i++) {
-      const int64_t *q = p + 2 + 7 * i;
-      n += q[4];
-      if (q[6] == d->rank) n_lg += q[5] == 2 ? q[4] : q[5] == 1;
-    }
-    d->step_tokens = n;
-    if (d->is_attn) {
-      size_t cap = d->lsegs_cap;
-      d->lsegs = grow(d->lsegs, &cap, (size_t)MOLE_MAX(n_segs, 1) * sizeof *d->lsegs);
-      d->lsegs_cap = cap;
-      d->ltoks = grow(d->ltoks, &d->ltoks_cap, (size_t)MOLE_MAX(n, 1) * sizeof *d->ltoks);
-      d->lg = grow(d->lg, &d->lg_cap, (size_t)MOLE_MAX(n_lg * V, 1) * sizeof *d->lg);
-      for (int64_t i = 0, t = 0, lo = 0; i < n_segs; i++) {
-        const int64_t *q = p + 2 + 7 * i;
-        if (q[6] == d->rank) {
-          for (int64_t k = 0; k < q[4]; k++) d->ltoks[t + k] = (int32_t)tp[k];
-          model_kv *kv = worker_kv(d, (uint64_t)q[0], q[1], (quant_type)q[2]);
-          d->lsegs[n_local++] = (model_seg){kv, d->ltoks + t, q[4], q[3], q[5] ? d->lg + lo * V : NULL, q[5] == 2};
-          lo += q[5] == 2 ? q[4] : q[5] == 1;
-          t += q[4];
-        }
-        tp += q[4];
-      }
-    }
-    if ((st = run_pass(d, n_local))) break;
+    int64_t n_local = 0;
+    if (d->is_attn) st = worker_segs(d, &n_local);
+    if (!st) st = pass_prep(d, n_local);
+    if ((st = parallel_agree(d->comm, st))) return st;
+    if (pass_run(d)) parallel_abort(d->comm, "the end of a pass");  // the root waits for this rank's logits
     // this rank's logits to the root, in its order of its sequences
     for (int64_t i = 0; i < n_local; i++) {
       const model_seg *g = &d->lsegs[i];
@@ -617,28 +651,29 @@ static mole_status worker(void *v) {
       MPI_Request lr;
       const double t0 = now_s();
       MPI_Isend(g->logits, (int)(rows * V), MPI_FLOAT, 0, TAG_LOGITS, d->comm, &lr);
-      dist_wait_for(&lr, 1, DIST_NAP_PASS_US);
+      parallel_wait_for(&lr, 1, PARALLEL_NAP_PASS_US);
       d->st.pass_s += now_s() - t0;  // the pass ends when the root has them
       d->st.wait_s += now_s() - t0;
       d->st.bytes_sent += rows * V * 4;
     }
   }
-  if (st) fprintf(stderr, "mole: rank %d: %s\n", d->rank, mole_last_error());
-  return st;
 }
 
 static void dg_free(dg_ctx *d) {
   if (!d) return;
   for (int64_t i = 0; i < d->n_seqs; i++) kv_free(d->seqs[i].kv);
   mole_free(d->seqs);
-  mole_free(d->msg);
+  parallel_chan_free(&d->ch);
+  mole_free(d->own);
+  mole_free(d->lrq);
   mole_free(d->lsegs);
   mole_free(d->ltoks);
   mole_free(d->lg);
+  mole_free(d->seg_n);
   for (int j = 0; j < MB_MAX; j++) {
     dg_mb *b = &d->mbs[j];
     model_scratch_free(b->s);
-    for (int x = 0; x < MAXR; x++) mole_free(b->send[x]);
+    mole_free(b->send);
     mole_free(b->res);
     mole_free(b->pos);
     mole_free(b->idx);
@@ -664,7 +699,8 @@ mole_status mole_disagg_stats(mole_model *m, mole_disagg_rank *ranks, int max_ra
     return mole_errorf(MOLE_ERR_ARG, "mole_disagg_stats: rank 0 of a disaggregated model (--disagg) only");
   dg_ctx *d = m->comm.ctx;
   if (max_ranks < d->size) return mole_errorf(MOLE_ERR_ARG, "mole_disagg_stats: room for %d ranks, %d run", max_ranks, d->size);
-  send_cmd(d, CMD_STATS, 0);
+  mole_status st = send_cmd(d, CMD_STATS, 0);
+  if (st) return st;
   MPI_Gather(&d->st, sizeof d->st, MPI_BYTE, ranks, sizeof d->st, MPI_BYTE, 0, d->comm);
   *n_ranks = d->size;
   return MOLE_OK;
@@ -674,7 +710,8 @@ mole_status mole_disagg_reset_stats(mole_model *m) {
   if (!m->comm.forward || m->comm.rank != 0)
     return mole_errorf(MOLE_ERR_ARG, "mole_disagg_reset_stats: rank 0 of a disaggregated model (--disagg) only");
   dg_ctx *d = m->comm.ctx;
-  send_cmd(d, CMD_RESET, 0);
+  mole_status st = send_cmd(d, CMD_RESET, 0);
+  if (st) return st;
   const bool a = d->st.attn, x = d->st.expert;
   memset(&d->st, 0, sizeof d->st);
   d->st.attn = a, d->st.expert = x;
@@ -683,8 +720,8 @@ mole_status mole_disagg_reset_stats(mole_model *m) {
 
 // ---- load -----------------------------------------------------------------------------
 
-mole_status disagg_model_load(const char *path, const mole_model_params *params, mole_model **out) {
-  *out = NULL;
+// This rank's context and model (*d, *out; NULL both on failure).
+static mole_status dg_load(const char *path, const mole_model_params *params, dg_ctx **dp, mole_model **out) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -730,7 +767,9 @@ mole_status disagg_model_load(const char *path, const mole_model_params *params,
   d->ping_pong = !params->no_ping_pong;
   d->row_in = hp.n_embd + 2;
   d->row_out = hp.n_embd + 1;
-  for (int x = 0; x <= E; x++) d->ex0[x] = hp.n_expert * x / E;
+  double equal[MAXR];
+  for (int x = 0; x < E; x++) equal[x] = 1.0;
+  st = shares_cut(hp.n_expert, 1, equal, E, d->ex0);  // whole experts, about as many on each expert rank
   d->st.attn = d->is_attn;
   d->st.expert = d->is_exp;
   for (int a = 0; a < MAXR; a++) d->rrq[a] = d->srq[0][a] = d->srq[1][a] = MPI_REQUEST_NULL;
@@ -753,15 +792,34 @@ mole_status disagg_model_load(const char *path, const mole_model_params *params,
     p.offload.expert_budget = 0;
     p.offload.expert_budget_frac = 0;
   }
-  if ((st = model_load(path, &p, &sh, out))) {
-    mole_free(d);
+  if (!st) st = parallel_chan_init(&d->ch, MPI_COMM_WORLD);
+  if (!st) st = model_load(path, &p, &sh, out);
+  if (st) {
+    dg_free(d);
+    return st;
+  }
+  *dp = d;
+  return MOLE_OK;
+}
+
+mole_status disagg_model_load(const char *path, const mole_model_params *params, mole_model **out) {
+  *out = NULL;
+  dg_ctx *d = NULL;
+  // the load's one collective before the model runs: every rank reaches it,
+  // whatever failed before (dist.c: mole_dist_model_load)
+  mole_status st = parallel_agree(MPI_COMM_WORLD, dg_load(path, params, &d, out));
+  if (st) {
+    model_free(*out);
+    *out = NULL;
+    dg_free(d);
     return st;
   }
   mole_model *m = *out;
   d->m = m;
+  d->fault = parallel_test_fault();
   m->comm = (model_comm){.ctx = d,
-                         .rank = rank,
-                         .size = size,
+                         .rank = d->rank,
+                         .size = d->size,
                          .forward = root_forward,
                          .worker = worker,
                          .kv_release = root_kv_release,

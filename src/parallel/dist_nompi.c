@@ -2,12 +2,12 @@
 // Open MPI (cmake -DMOLE_MPI=OFF, as the aarch64 cross build under qemu is:
 // Debian's arm64 Open MPI cannot be installed beside the host's). One
 // process works as usual; asking for several gets an error that says why.
-// CMake compiles this file instead of dist.c, dist_plan.c, disagg.c and
-// disagg_plan.c when MOLE_MPI is off.
+// CMake compiles this file instead of parallel.c, dist.c, dist_plan.c,
+// disagg.c and disagg_plan.c when MOLE_MPI is off (shares.c, without MPI,
+// is compiled either way).
 #include <string.h>
 
-#include "dist/dist.h"
-#include "model/model.h"
+#include "base/base.h"
 
 #define NO_MPI "this mole was built without Open MPI (cmake -DMOLE_MPI=OFF): "
 

@@ -22,92 +22,88 @@
 //        arrive, then each other rank's rows as they land, chunk by chunk,
 //        every chunk's part of the sums sent back at once.
 // Bytes sent are counted per collective (mole_dist_print_stats).
-#include "dist/dist.h"
-#include "dist/dist_internal.h"
-
+//
+// Errors: a rank that fails while loading, or while making room for a pass
+// (its KV cache, scratch and buffers are all sized before the pass starts),
+// tells the others in a collective step (parallel_agree) where they already
+// wait for each other: at the end of the load, and after the root's batch
+// when that batch is larger in some way than any before (every rank knows
+// the same batches, so every rank knows when the step comes; other passes
+// allocate nothing and skip it). Every rank then returns that error: the
+// workers leave mole_dist_worker with it, and the root's passes fail with it
+// from then on. A worker whose pass fails inside it (the others are already
+// in the pass's collectives and cannot hear of it) ends the job with
+// MPI_Abort after printing why.
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "experts/budget.h"
 #include "kv/kv.h"
 #include "model/model.h"
+#include "parallel/disagg.h"
+#include "parallel/parallel.h"
+#include "parallel/shares.h"
 
 enum { CMD_STEP = 1, CMD_KV_FREE = 2, CMD_STOP = 3 };
-enum { MAX_RANKS = DIST_MAX_RANKS };
+enum { MAX_RANKS = PARALLEL_MAX_RANKS };
 
 typedef struct {
   uint64_t id;
-  model_kv *kv;
+  model_kv *kv;  // a worker's cache of that sequence (NULL on the root, whose cache is the session's)
 } kv_entry;
 
-struct dist_ctx {
+// What a pass allocates grows with these (every rank knows them from the
+// batch): the largest of each so far, on every rank alike.
+typedef struct {
+  int64_t n_segs, n, ctx, n_out;  // sequences, tokens, the largest n_ctx, rows of logits
+} pass_shape;
+
+typedef struct dist_ctx {
   MPI_Comm comm;
+  parallel_chan ch;  // the root's batches and commands
   int rank, size;
   mole_parallel mode;
   bool overlap;
   bool nap;  // in-pass waits nap (under a CPU quota) instead of spinning
   bool nbc;  // some rank naps: non-blocking collectives on every rank (they do not match blocking ones)
+  bool fault;  // MOLE_TEST_FAIL_RANK names this rank: its first pass fails
   double seq_w[MAX_RANKS];       // sequence share of each rank (hmp)
   int64_t voc0[MAX_RANKS + 1];   // vocabulary rows of each rank
   mole_model *m;
-  dist_counts counts;
-  // worker: the root's KV caches, by id
+  mole_dist_counts counts;
+  pass_shape room;  // the largest batch every rank has made room for
+  // the KV caches the workers hold, by the root's id (on the root: the ids)
   kv_entry *kvs;
-  int64_t n_kvs, cap_kvs;
+  int64_t n_kvs;
+  size_t kvs_cap;
+  // a worker's pass: the sequences, their tokens, a scratch for the largest batch
+  model_seg *segs;
+  size_t segs_cap;
+  int32_t *toks;
+  size_t toks_cap;
+  model_scratch *s;
   // buffers
   float *tmp;  // ring receive buffer / logits staging
+  size_t tmp_cap;
   float *stage;  // exchange: the other ranks' parts of this rank's rows [N][rows]
   size_t stage_cap;
-  size_t tmp_cap;
-  int64_t *msg;
-  size_t msg_cap;
-};
+} dist_ctx;
 
-static bool g_inited;
-static int g_rank, g_size = 1;
-
-// A worker waiting for the root's next step (a server between requests can
-// leave it there for minutes) must not spin at full speed as MPI's own waits
-// do: it waits on a non-blocking broadcast with MPI_Testall, spinning for the
-// first WAIT_SPIN_US, then sleeping between tests, 10 us at first and twice
-// as long each time up to max_nap_us. Within a forward pass the ranks keep
-// MPI's spinning waits: sleeping there added latency when ranks share cores
-// (decode at N = 4 on 2 cores: 6.5 -> 11.3 ms per token in bench/dist.sh).
-// Except under a CPU quota (a cgroup giving the process fewer cores than
-// threads, or MOLE_DIST_WAIT=nap): there a spinning wait spends the quota
-// the next block needs, and the rank is then throttled while the others
-// wait for it, so its in-pass waits nap from the start (d->nap).
-enum { WAIT_SPIN_US = 100, WAIT_NAP_PASS_US = DIST_NAP_PASS_US, WAIT_NAP_IDLE_US = DIST_NAP_IDLE_US };
-
-static void wait_spin_nap(MPI_Request *rq, int n, int spin_us, int max_nap_us) {
-  int done = 0;
-  MPI_Testall(n, rq, &done, MPI_STATUSES_IGNORE);
-  if (done) return;
-  const double t0 = MPI_Wtime();
-  long nap_us = 10;
-  while (!done) {
-    if (MPI_Wtime() - t0 > spin_us * 1e-6) {
-      const struct timespec ts = {0, nap_us * 1000};
-      nanosleep(&ts, NULL);
-      nap_us = MOLE_MIN(2 * nap_us, (long)max_nap_us);
-    }
-    MPI_Testall(n, rq, &done, MPI_STATUSES_IGNORE);
-  }
-}
-
-void dist_wait_for(MPI_Request *rq, int n, int max_nap_us) { wait_spin_nap(rq, n, WAIT_SPIN_US, max_nap_us); }
-
-// In-pass waits: MPI's spinning wait, or naps under a CPU quota.
+// Within a forward pass the ranks keep MPI's spinning waits: sleeping there
+// added latency when ranks share cores (decode at N = 4 on 2 cores: 6.5 ->
+// 11.3 ms per token in bench/dist.sh). Except under a CPU quota (a cgroup
+// giving the process fewer cores than threads, or MOLE_DIST_WAIT=nap): there
+// a spinning wait spends the quota the next block needs, and the rank is then
+// throttled while the others wait for it, so its in-pass waits nap from the
+// start (d->nap).
 static void pass_wait(const dist_ctx *d, MPI_Request *rq, int n) {
   if (d->nap)
-    wait_spin_nap(rq, n, 0, WAIT_NAP_PASS_US);
+    parallel_wait_naps(rq, n, PARALLEL_NAP_PASS_US);
   else
     MPI_Waitall(n, rq, MPI_STATUSES_IGNORE);
 }
@@ -125,63 +121,6 @@ static mole_status wait_mode(int n_threads, bool *nap) {
     return mole_errorf(MOLE_ERR_ARG, "MOLE_DIST_WAIT=%s: expected spin, nap or auto", e);
   *nap = !strcmp(e, "nap");
   return MOLE_OK;
-}
-
-// Open MPI's TCP transport sends a message over its eager limit (64 KiB by
-// default) by rendezvous, which moves only inside MPI calls: on a slow link
-// a prompt's all-reduce or ring step then waited for it (bench/dist.sh, 100
-// Mbit/s, N = 2: tp prompt 11.7 -> 6.6 ms per token, and hmp with uneven
-// token shares 8.7 -> 6.7, with the limit at 4 MiB). Raised here unless the
-// user set them (mpirun --mca ..., or OMPI_MCA_* in the environment).
-static void tcp_defaults(void) {
-  setenv("OMPI_MCA_btl_tcp_eager_limit", "4194304", 0);
-  setenv("OMPI_MCA_btl_tcp_rndv_eager_limit", "4194304", 0);
-  setenv("OMPI_MCA_btl_tcp_max_send_size", "4194304", 0);
-}
-
-mole_status mole_dist_init(int *argc, char ***argv) {
-  if (g_inited) return MOLE_OK;
-  tcp_defaults();
-  int prov = 0;
-  // serialized: the server calls MPI from its engine thread, one thread at a time
-  if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &prov) != MPI_SUCCESS)
-    return mole_errorf(MOLE_ERR_INTERNAL, "MPI_Init_thread failed");
-  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-  g_inited = true;
-  // the naps of dist_wait_for: woken within a microsecond, not the default 50
-  // (threads made later, the server's engine thread, inherit it)
-  if (g_size > 1) prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
-  if (g_size > MAX_RANKS) return mole_errorf(MOLE_ERR_ARG, "mpirun -np %d: at most %d processes", g_size, MAX_RANKS);
-  return MOLE_OK;
-}
-
-void mole_dist_finalize(void) {
-  if (g_inited) MPI_Finalize();
-  g_inited = false;
-}
-
-bool dist_inited(void) { return g_inited; }
-
-int dist_default_threads(void) {
-  MPI_Comm node;
-  int here = 1;
-  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
-    MPI_Comm_size(node, &here);
-    MPI_Comm_free(&node);
-  }
-  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  return (int)MOLE_MAX(1, (cores > 0 ? cores : 1) / here);
-}
-int mole_dist_rank(void) { return g_rank; }
-int mole_dist_size(void) { return g_size; }
-
-static void *grow(void *p, size_t *cap, size_t need) {
-  if (need <= *cap) return p;
-  void *q = mole_realloc(p, need);
-  MOLE_ASSERT(q);  // activation buffers of a few MiB; out of memory here is fatal
-  *cap = need;
-  return q;
 }
 
 // ---- hooks --------------------------------------------------------------------------
@@ -264,7 +203,7 @@ static void reduce_scatter(void *v, float *y, int64_t n, int64_t row, model_rows
   if (!d->overlap || !make_rows || n < N) {  // (as allgather)
     if (make_rows) make_rows(user, 0, n);
     // in place: this rank's block of the sums into its place
-    d->tmp = grow(d->tmp, &d->tmp_cap, (size_t)MOLE_MAX(cnt[r], 1) * sizeof(float));
+    MOLE_ASSERT((size_t)cnt[r] * sizeof(float) <= d->tmp_cap);  // room made before the pass (pass_room)
     if (d->nbc) {
       MPI_Request rq;
       MPI_Ireduce_scatter(y, d->tmp, cnt, MPI_FLOAT, MPI_SUM, d->comm, &rq);
@@ -279,7 +218,7 @@ static void reduce_scatter(void *v, float *y, int64_t n, int64_t row, model_rows
   // k; each rank computes its part of the block just before adding to it
   int64_t maxc = 0;
   for (int k = 0; k < N; k++) maxc = MOLE_MAX(maxc, (int64_t)cnt[k]);
-  d->tmp = grow(d->tmp, &d->tmp_cap, (size_t)MOLE_MAX(maxc, 1) * sizeof(float));
+  MOLE_ASSERT((size_t)maxc * sizeof(float) <= d->tmp_cap);
   MPI_Request sq = MPI_REQUEST_NULL;
   int k = ((r - 1) % N + N) % N;
   if (cnt[k] > 0) make_rows(user, dsp[k] / row, (dsp[k] + cnt[k]) / row);
@@ -323,7 +262,7 @@ static int wait_any(const dist_ctx *d, MPI_Request *rq, int n) {
     if (flag) return idx;
     const struct timespec ts = {0, nap_us * 1000};
     nanosleep(&ts, NULL);
-    nap_us = MOLE_MIN(2 * nap_us, (long)WAIT_NAP_PASS_US);
+    nap_us = MOLE_MIN(2 * nap_us, (long)PARALLEL_NAP_PASS_US);
   }
 }
 
@@ -355,7 +294,7 @@ static void exchange(void *v, float *x, float *y, int64_t n, int64_t row, model_
   d->counts.reduce_scatter_calls++;
   d->counts.reduce_scatter_bytes += (n * row - cnt[r]) * 4;
   const int64_t mine = cnt[r] / row;
-  d->stage = grow(d->stage, &d->stage_cap, (size_t)MOLE_MAX((int64_t)N * cnt[r], 1) * sizeof(float));
+  MOLE_ASSERT((size_t)N * (size_t)cnt[r] * sizeof(float) <= d->stage_cap);
   MPI_Request xr[MAX_RANKS], yr[MAX_RANKS * XCH_CHUNKS], sq[MAX_RANKS * (XCH_CHUNKS + 1)];
   int ny = 0, ns = 0, left = 0;
   for (int k = 0; k < N; k++) {
@@ -406,7 +345,10 @@ static void gather_logits(void *v, const float *local, int64_t n, int64_t v_loca
   MOLE_ASSERT(cnt[d->rank] == n * v_local);
   d->counts.logits_bytes += d->rank ? (int64_t)cnt[d->rank] * 4 : 0;
   float *all = NULL;
-  if (d->rank == 0) all = d->tmp = grow(d->tmp, &d->tmp_cap, (size_t)MOLE_MAX(tot, 1) * sizeof(float));
+  if (d->rank == 0) {
+    MOLE_ASSERT((size_t)tot * sizeof(float) <= d->tmp_cap);
+    all = d->tmp;
+  }
   if (d->nbc) {
     MPI_Request rq;
     MPI_Igatherv(local, cnt[d->rank], MPI_FLOAT, all, cnt, dsp, MPI_FLOAT, 0, d->comm, &rq);
@@ -422,46 +364,134 @@ static void gather_logits(void *v, const float *local, int64_t n, int64_t v_loca
   }
 }
 
-static void bcast_i64(dist_ctx *d, int64_t *buf, int64_t n, int max_nap_us) {
-  MPI_Request rq;
-  MPI_Ibcast(buf, (int)n, MPI_INT64_T, 0, d->comm, &rq);
-  dist_wait_for(&rq, 1, max_nap_us);
+// ---- the batch, and room for it ---------------------------------------------------
+
+static kv_entry *kv_find(dist_ctx *d, uint64_t id) {
+  for (int64_t i = 0; i < d->n_kvs; i++)
+    if (d->kvs[i].id == id) return &d->kvs[i];
+  return NULL;
 }
 
-// The batch as int64s: cmd, n_segs, then per sequence: kv id, its n_ctx,
-// type, n_past, n, logits (0 none, 1 last, 2 all), then every token.
+// A sequence new to the workers: a worker makes its KV cache (its heads), the
+// root notes the id.
+static mole_status kv_add(dist_ctx *d, uint64_t id, int64_t n_ctx, quant_type type) {
+  mole_status st = MOLE_OK;
+  d->kvs = parallel_grow(d->kvs, &d->kvs_cap, (size_t)(d->n_kvs + 1) * sizeof *d->kvs, "the KV cache table", &st);
+  if (st) return st;
+  model_kv *kv = NULL;
+  const model_hparams *hp = &d->m->hp;
+  const int64_t hkv = d->m->loc.n_head_kv;
+  if (d->rank && (st = kv_new(hp->n_layer, n_ctx, hkv * hp->head_dim, hkv * hp->head_dim_v, type, &kv))) return st;
+  d->kvs[d->n_kvs++] = (kv_entry){id, kv};
+  return MOLE_OK;
+}
+
+// A sequence gone (the same on every rank): false when it never ran a pass.
+static bool kv_drop(dist_ctx *d, uint64_t id) {
+  kv_entry *e = kv_find(d, id);
+  if (!e) return false;
+  kv_free(e->kv);
+  *e = d->kvs[--d->n_kvs];
+  return true;
+}
+
+static pass_shape shape_of(const int64_t *p) {
+  pass_shape sh = {p[1], 0, 0, 0};
+  for (int64_t i = 0; i < sh.n_segs; i++) {
+    const int64_t *q = parallel_batch_seg(p, i);
+    sh.n += q[PARALLEL_SEG_N];
+    sh.ctx = MOLE_MAX(sh.ctx, q[PARALLEL_SEG_CTX]);
+    sh.n_out += q[PARALLEL_SEG_LOGITS] == 2 ? q[PARALLEL_SEG_N] : q[PARALLEL_SEG_LOGITS] == 1;
+  }
+  return sh;
+}
+
+// The buffers of the collectives for batches up to r on this rank.
+static mole_status buffers_room(dist_ctx *d, const pass_shape *r) {
+  const mole_model *m = d->m;
+  const int64_t E = m->hp.n_embd;
+  size_t tmp = 1, stage = 1;  // floats
+  if (m->comm.hmp) {
+    // a rank's rows of up to r->n tokens (token_split): its share, and one
+    // more for the rounding, whatever the batch
+    double tot = 0, most = 0;
+    for (int k = 0; k < d->size; k++) tot += d->seq_w[k], most = MOLE_MAX(most, d->seq_w[k]);
+    const int64_t rows_most = MOLE_MIN(r->n, (int64_t)ceil((double)r->n * most / tot) + 1);
+    const int64_t rows_mine = MOLE_MIN(r->n, (int64_t)ceil((double)r->n * d->seq_w[d->rank] / tot) + 1);
+    tmp = (size_t)(rows_most * E);  // reduce-scatter: a block of the ring, or this rank's sums
+    if (d->overlap && m->hp.n_expert > 0) stage = (size_t)d->size * (size_t)(rows_mine * E);  // exchange
+  }
+  if (d->rank == 0 && !m->comm.root_vocab) tmp = MOLE_MAX(tmp, (size_t)(r->n_out * m->hp.n_vocab));  // gather_logits
+  mole_status st = MOLE_OK;
+  d->tmp = parallel_grow(d->tmp, &d->tmp_cap, tmp * sizeof(float), "the collectives' buffer", &st);
+  d->stage = parallel_grow(d->stage, &d->stage_cap, stage * sizeof(float), "the MoE exchange's buffer", &st);
+  return st;
+}
+
+// Room for the batch in d->ch.msg (every rank calls it with the same batch).
+// One larger in some way than any before, or with a sequence new to the
+// workers, gets room on every rank (a worker: the new sequences' KV caches,
+// its scratch, its tables; every rank: the collectives' buffers), and the
+// ranks agree on the outcome; any other batch has room already.
+static mole_status pass_room(dist_ctx *d) {
+  const int64_t *p = d->ch.msg;
+  const pass_shape sh = shape_of(p);
+  bool fresh = false;
+  for (int64_t i = 0; i < sh.n_segs && !fresh; i++) fresh = !kv_find(d, (uint64_t)parallel_batch_seg(p, i)[PARALLEL_SEG_ID]);
+  pass_shape r = d->room;
+  if (!fresh && sh.n_segs <= r.n_segs && sh.n <= r.n && sh.ctx <= r.ctx && sh.n_out <= r.n_out) return MOLE_OK;
+  r.n_segs = MOLE_MAX(r.n_segs, sh.n_segs);
+  r.n = MOLE_MAX(r.n, sh.n);
+  r.ctx = MOLE_MAX(r.ctx, sh.ctx);
+  r.n_out = MOLE_MAX(r.n_out, sh.n_out);
+  mole_status st = MOLE_OK;
+  if (d->fault) {
+    d->fault = false;
+    st = mole_errorf(MOLE_ERR_NOMEM, "out of memory (injected: MOLE_TEST_FAIL_RANK=%d)", d->rank);
+  }
+  for (int64_t i = 0; i < sh.n_segs && !st; i++) {
+    const int64_t *q = parallel_batch_seg(p, i);
+    if (!kv_find(d, (uint64_t)q[PARALLEL_SEG_ID])) st = kv_add(d, (uint64_t)q[PARALLEL_SEG_ID], q[PARALLEL_SEG_CTX], (quant_type)q[PARALLEL_SEG_TYPE]);
+  }
+  if (!st) st = buffers_room(d, &r);
+  if (!st && d->rank) {
+    d->segs = parallel_grow(d->segs, &d->segs_cap, (size_t)r.n_segs * sizeof *d->segs, "the batch's sequences", &st);
+    d->toks = parallel_grow(d->toks, &d->toks_cap, (size_t)r.n * sizeof *d->toks, "the batch's tokens", &st);
+    if (!st && (!d->s || r.n > d->room.n || r.ctx > d->room.ctx)) {  // a scratch for the largest batch
+      model_scratch_free(d->s);
+      d->s = NULL;
+      st = model_scratch_new(d->m, r.n, r.ctx, &d->s);
+    }
+  }
+  if ((st = parallel_agree(d->comm, st))) return st;
+  d->room = r;
+  return MOLE_OK;
+}
+
 static mole_status step(void *v, const model_seg *segs, int64_t n_segs) {
   dist_ctx *d = v;
-  int64_t len = 2 + 6 * n_segs;
-  for (int64_t i = 0; i < n_segs; i++) len += segs[i].n;
-  d->msg = grow(d->msg, &d->msg_cap, (size_t)len * sizeof(int64_t));
-  int64_t *p = d->msg;
-  *p++ = CMD_STEP;
-  *p++ = n_segs;
-  for (int64_t i = 0; i < n_segs; i++) {
-    const model_seg *g = &segs[i];
-    *p++ = (int64_t)g->kv->id;
-    *p++ = g->kv->n_ctx;
-    *p++ = g->kv->type;
-    *p++ = g->n_past;
-    *p++ = g->n;
-    *p++ = g->logits ? (g->all_logits ? 2 : 1) : 0;
-  }
-  for (int64_t i = 0; i < n_segs; i++)
-    for (int64_t t = 0; t < segs[i].n; t++) *p++ = segs[i].tokens[t];
-  bcast_i64(d, &len, 1, WAIT_NAP_PASS_US);
-  bcast_i64(d, d->msg, len, WAIT_NAP_PASS_US);
+  const int64_t len = parallel_batch_len(segs, n_segs);
+  mole_status st = parallel_chan_reserve(&d->ch, len);
+  if (st) return st;  // nothing sent: the workers wait on
+  parallel_batch_write(d->ch.msg, CMD_STEP, segs, n_segs, NULL);
+  if ((st = parallel_chan_send(&d->ch, len))) return st;
+  if ((st = pass_room(d))) return parallel_chan_stop(&d->ch, st);
   d->counts.step_bytes += (len + 1) * 8 * (d->size - 1);
   return MOLE_OK;
 }
 
+// A command: within the room every rank has from the start, so nothing can
+// fail but a stop that came before (then nothing is sent).
 static void send_cmd(dist_ctx *d, int64_t cmd, int64_t arg) {
-  int64_t len = 2, msg[2] = {cmd, arg};
-  bcast_i64(d, &len, 1, WAIT_NAP_PASS_US);
-  bcast_i64(d, msg, 2, WAIT_NAP_PASS_US);
+  d->ch.msg[0] = cmd;
+  d->ch.msg[1] = arg;
+  (void)parallel_chan_send(&d->ch, 2);
 }
 
-static void kv_release(void *v, uint64_t id) { send_cmd(v, CMD_KV_FREE, (int64_t)id); }
+static void kv_release(void *v, uint64_t id) {
+  dist_ctx *d = v;
+  if (kv_drop(d, id)) send_cmd(d, CMD_KV_FREE, (int64_t)id);  // else no worker has it
+}
 
 static void dist_free(dist_ctx *d);
 
@@ -473,20 +503,6 @@ static void close_hook(void *v) {
 }
 
 // ---- shards -----------------------------------------------------------------------------
-
-// Cuts n into the ranks' parts by weight, every cut a multiple of unit (the
-// last part takes the remainder): bounds[0..size].
-static void cut(int64_t n, int64_t unit, const double *w, int size, int64_t *bounds) {
-  const int64_t units = n / unit;
-  double tot = 0, acc = 0;
-  for (int r = 0; r < size; r++) tot += w[r];
-  bounds[0] = 0;
-  for (int r = 0; r < size; r++) {
-    acc += w[r];
-    bounds[r + 1] = r == size - 1 ? n : unit * (int64_t)floor((double)units * acc / tot + 0.5);
-    bounds[r + 1] = MOLE_MAX(bounds[r + 1], bounds[r]);
-  }
-}
 
 // The largest quantization block of the tensors named *suffix in f (the
 // columns a row-parallel shard cuts must fall on them).
@@ -552,82 +568,104 @@ static mole_status read_plan(const char *path, int size, dist_weights *w, mole_p
 }
 
 // This rank's shard from the shares.
-static void make_shard(const gguf_file *f, const model_hparams *hp, const dist_weights *w, int size, int rank,
-                       model_shard *sh, int64_t *voc0) {
+static mole_status make_shard(const gguf_file *f, const model_hparams *hp, const dist_weights *w, int size, int rank,
+                              model_shard *sh, int64_t *voc0) {
   int64_t b[MAX_RANKS + 1];
   // whole KV heads, the output projection's columns on its blocks
   const int64_t blk_o = max_block(f, "attn_output.weight"), cols = hp->n_head / hp->n_head_kv * hp->head_dim_v;
   const int64_t uh = blk_o / gcd64(blk_o, cols);
-  cut(hp->n_head_kv, MOLE_MAX(uh, 1), w->heads, size, b);
+  mole_status st = shares_cut(hp->n_head_kv, MOLE_MAX(uh, 1), w->heads, size, b);
   sh->kvh0 = b[rank], sh->kvh1 = b[rank + 1];
   const int64_t fb = MOLE_MAX(max_block(f, "ffn_down.weight"), 16);
-  cut(hp->n_ff, fb, w->ffn, size, b);
+  if (!st) st = shares_cut(hp->n_ff, fb, w->ffn, size, b);
   sh->ff0 = b[rank], sh->ff1 = b[rank + 1];
   const int64_t feb = MOLE_MAX(max_block(f, "ffn_down_exps.weight"), 16);
-  cut(hp->n_ff_exp, feb, w->ffn, size, b);
+  if (!st) st = shares_cut(hp->n_ff_exp, feb, w->ffn, size, b);
   sh->fe0 = b[rank], sh->fe1 = b[rank + 1];
   const int64_t fsb = MOLE_MAX(max_block(f, "ffn_down_shexp.weight"), 16);
-  cut(hp->n_ff_shexp, fsb, w->ffn, size, b);
+  if (!st) st = shares_cut(hp->n_ff_shexp, fsb, w->ffn, size, b);
   sh->fs0 = b[rank], sh->fs1 = b[rank + 1];
-  cut(hp->n_vocab, 16, w->vocab, size, voc0);
+  if (!st) st = shares_cut(hp->n_vocab, 16, w->vocab, size, voc0);
   sh->voc0 = voc0[rank], sh->voc1 = voc0[rank + 1];
   sh->ex0 = 0, sh->ex1 = hp->n_expert;  // every routed expert (its columns)
   sh->given = true;  // an empty range is a range, not "the whole"
+  return st;
 }
 
-mole_status mole_dist_model_load(const char *path, const mole_model_params *params, mole_model **out) {
-  *out = NULL;
-  if (!g_inited) return mole_errorf(MOLE_ERR_ARG, "--parallel: mole was not started by mpirun (mole_dist_init)");
-  mole_model_params p = *params;
-  if (p.n_threads < 0 || p.n_threads > 1024)
-    return mole_errorf(MOLE_ERR_ARG, "threads: %d is out of range (0 = the cores shared by the processes here)", p.n_threads);
-  if (p.n_threads == 0) p.n_threads = dist_default_threads();
-  if (p.disagg_attn > 0 || p.disagg_expert > 0) return disagg_model_load(path, &p, out);
-  bool nap = false;
-  mole_status st = wait_mode(p.n_threads, &nap);
-  if (st) return st;
-  dist_weights w;
-  for (int r = 0; r < g_size; r++) w.heads[r] = w.ffn[r] = w.seq[r] = w.vocab[r] = 1.0;
-  st = p.plan ? read_plan(p.plan, g_size, &w, &p.parallel) : MOLE_OK;  // its mode unless --parallel says
-  if (st) return st;
-  if (p.parallel == MOLE_PARALLEL_NONE) p.parallel = MOLE_PARALLEL_HMP;
-  // the shard needs the hparams and the tensor types: a first look at the file
+// The shard of this rank (the hparams and tensor types from a first look at
+// the file), then the model with it: *d and *out, both NULL on failure.
+static mole_status load_shard(const char *path, const mole_model_params *p, const dist_weights *w, dist_ctx **d,
+                              mole_model **out) {
+  const int rank = mole_dist_rank(), size = mole_dist_size();
   mole_model *probe;
   model_shard whole = {0};
-  mole_model_params pp = p;
+  mole_model_params pp = *p;
   pp.use_mmap = true;
   pp.n_threads = 1;
   pp.offload.expert_budget = 0;
-  if ((st = model_load(path, &pp, &whole, &probe))) return st;
+  mole_status st = model_load(path, &pp, &whole, &probe);
+  if (st) return st;
   model_shard sh = {0};
-  dist_ctx *d = mole_calloc(1, sizeof *d);
-  if (!d) {
-    model_free(probe);
-    return mole_errorf(MOLE_ERR_NOMEM, "out of memory");
-  }
-  make_shard(probe->gguf, &probe->hp, &w, g_size, g_rank, &sh, d->voc0);
+  *d = mole_calloc(1, sizeof **d);
+  if (!*d) st = mole_errorf(MOLE_ERR_NOMEM, "%s: out of memory", path);
+  if (!st) st = make_shard(probe->gguf, &probe->hp, w, size, rank, &sh, (*d)->voc0);
   model_free(probe);
-  if ((st = model_load(path, &p, &sh, out))) {
-    mole_free(d);
+  if (!st) st = parallel_chan_init(&(*d)->ch, MPI_COMM_WORLD);
+  if (!st) st = model_load(path, p, &sh, out);
+  if (st) {
+    dist_free(*d);
+    *d = NULL;
+  }
+  return st;
+}
+
+// A load's first collective is parallel_agree, reached by every rank
+// whatever failed before it, so that a rank that cannot read the file, the
+// plan or find the memory makes every rank return its error.
+mole_status mole_dist_model_load(const char *path, const mole_model_params *params, mole_model **out) {
+  *out = NULL;
+  if (!parallel_inited()) return mole_errorf(MOLE_ERR_ARG, "--parallel: mole was not started by mpirun (mole_dist_init)");
+  const int threads = parallel_default_threads();  // (a collective: on every rank, before anything can fail)
+  const int rank = mole_dist_rank(), size = mole_dist_size();
+  mole_model_params p = *params;
+  mole_status st = MOLE_OK;
+  if (p.n_threads < 0 || p.n_threads > 1024)
+    st = mole_errorf(MOLE_ERR_ARG, "threads: %d is out of range (0 = the cores shared by the processes here)", p.n_threads);
+  else if (p.n_threads == 0)
+    p.n_threads = threads;
+  if (!st && (p.disagg_attn > 0 || p.disagg_expert > 0)) return disagg_model_load(path, &p, out);
+  bool nap = false;
+  if (!st) st = wait_mode(p.n_threads, &nap);
+  dist_weights w;
+  for (int r = 0; r < size; r++) w.heads[r] = w.ffn[r] = w.seq[r] = w.vocab[r] = 1.0;
+  if (!st && p.plan) st = read_plan(p.plan, size, &w, &p.parallel);  // its mode unless --parallel says
+  if (p.parallel == MOLE_PARALLEL_NONE) p.parallel = MOLE_PARALLEL_HMP;
+  dist_ctx *d = NULL;
+  if (!st) st = load_shard(path, &p, &w, &d, out);
+  if ((st = parallel_agree(MPI_COMM_WORLD, st))) {
+    model_free(*out);
+    *out = NULL;
+    dist_free(d);
     return st;
   }
   mole_model *m = *out;
   d->comm = MPI_COMM_WORLD;
-  d->rank = g_rank;
-  d->size = g_size;
+  d->rank = rank;
+  d->size = size;
   d->mode = p.parallel;
   d->overlap = !p.no_overlap;
   d->nap = nap;
+  d->fault = parallel_test_fault();
   int any = nap;
   MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_LOR, d->comm);
   d->nbc = any;
   d->m = m;
-  for (int r = 0; r < g_size; r++) d->seq_w[r] = w.seq[r];
+  for (int r = 0; r < size; r++) d->seq_w[r] = w.seq[r];
   m->comm = (model_comm){.ctx = d,
-                         .rank = g_rank,
-                         .size = g_size,
+                         .rank = rank,
+                         .size = size,
                          .hmp = p.parallel == MOLE_PARALLEL_HMP,
-                         .root_vocab = d->voc0[1] - d->voc0[0] == d->voc0[g_size],
+                         .root_vocab = d->voc0[1] - d->voc0[0] == d->voc0[size],
                          .token_split = token_split,
                          .allreduce = allreduce,
                          .allgather = allgather,
@@ -642,94 +680,45 @@ mole_status mole_dist_model_load(const char *path, const mole_model_params *para
 
 // ---- the other ranks ----------------------------------------------------------------------
 
-static model_kv *worker_kv(dist_ctx *d, uint64_t id, int64_t n_ctx, quant_type type, mole_status *st) {
-  for (int64_t i = 0; i < d->n_kvs; i++)
-    if (d->kvs[i].id == id) return d->kvs[i].kv;
-  if (d->n_kvs == d->cap_kvs) {
-    const int64_t cap = MOLE_MAX(2 * d->cap_kvs, 8);
-    kv_entry *k = mole_realloc(d->kvs, (size_t)cap * sizeof *k);
-    if (!k) {
-      *st = mole_errorf(MOLE_ERR_NOMEM, "worker: out of memory");
-      return NULL;
-    }
-    d->kvs = k;
-    d->cap_kvs = cap;
-  }
-  const model_hparams *hp = &d->m->hp;
-  model_kv *kv;
-  if ((*st = kv_new(hp->n_layer, n_ctx, d->m->loc.n_head_kv * hp->head_dim, d->m->loc.n_head_kv * hp->head_dim_v, type,
-                    &kv)))
-    return NULL;
-  d->kvs[d->n_kvs++] = (kv_entry){id, kv};
-  return kv;
-}
-
 mole_status mole_dist_worker(mole_model *m) {
   if (m->comm.worker && m->comm.rank != 0) return m->comm.worker(m->comm.ctx);
   dist_ctx *d = m->comm.ctx;
   if (!d || d->rank == 0) return mole_errorf(MOLE_ERR_ARG, "mole_dist_worker: not a worker rank of a sharded model");
-  model_scratch *s = NULL;
-  int64_t s_batch = 0, s_ctx = 0;
-  model_seg *segs = NULL;
-  size_t segs_cap = 0;
-  int32_t *toks = NULL;
-  size_t toks_cap = 0;
-  mole_status st = MOLE_OK;
   static float sink;  // logits land on the root only: any non-NULL pointer marks a sequence that wants them
   for (;;) {
     int64_t len;
-    bcast_i64(d, &len, 1, WAIT_NAP_IDLE_US);  // between steps: may be idle for long
-    d->msg = grow(d->msg, &d->msg_cap, (size_t)len * sizeof(int64_t));
-    bcast_i64(d, d->msg, len, WAIT_NAP_PASS_US);
-    const int64_t *p = d->msg;
-    if (p[0] == CMD_STOP) break;
+    mole_status st = parallel_chan_recv(&d->ch, &len);
+    if (st) return st;
+    const int64_t *p = d->ch.msg;
+    if (p[0] == CMD_STOP) return MOLE_OK;
     if (p[0] == CMD_KV_FREE) {
-      for (int64_t i = 0; i < d->n_kvs; i++)
-        if (d->kvs[i].id == (uint64_t)p[1]) {
-          kv_free(d->kvs[i].kv);
-          d->kvs[i] = d->kvs[--d->n_kvs];
-          break;
-        }
+      kv_drop(d, (uint64_t)p[1]);
       continue;
     }
-    const int64_t n_segs = p[1];
-    segs = grow(segs, &segs_cap, (size_t)n_segs * sizeof *segs);
-    int64_t n = 0, ctx = 0;
-    for (int64_t i = 0; i < n_segs; i++) n += p[2 + 6 * i + 4], ctx = MOLE_MAX(ctx, p[2 + 6 * i + 1]);
-    toks = grow(toks, &toks_cap, (size_t)n * sizeof *toks);
-    const int64_t *tp = p + 2 + 6 * n_segs;
-    for (int64_t i = 0; i < n; i++) toks[i] = (int32_t)tp[i];
-    for (int64_t i = 0, t = 0; i < n_segs && !st; i++) {
-      const int64_t *q = p + 2 + 6 * i;
-      model_kv *kv = worker_kv(d, (uint64_t)q[0], q[1], (quant_type)q[2], &st);
-      segs[i] = (model_seg){kv, toks + t, q[4], q[3], q[5] ? &sink : NULL, q[5] == 2};
-      t += q[4];
+    if ((st = pass_room(d))) return st;
+    const int64_t n_segs = p[1], *tp = parallel_batch_tokens(p);
+    for (int64_t i = 0, t = 0; i < n_segs; i++) {
+      const int64_t *q = parallel_batch_seg(p, i);
+      for (int64_t k = 0; k < q[PARALLEL_SEG_N]; k++) d->toks[t + k] = (int32_t)tp[t + k];
+      d->segs[i] = (model_seg){kv_find(d, (uint64_t)q[PARALLEL_SEG_ID])->kv, d->toks + t, q[PARALLEL_SEG_N], q[PARALLEL_SEG_PAST],
+                               q[PARALLEL_SEG_LOGITS] ? &sink : NULL, q[PARALLEL_SEG_LOGITS] == 2};
+      t += q[PARALLEL_SEG_N];
     }
-    if (!st && (n > s_batch || ctx > s_ctx)) {  // a scratch for the largest batch seen
-      model_scratch_free(s);
-      s_batch = MOLE_MAX(n, s_batch);
-      s_ctx = MOLE_MAX(ctx, s_ctx);
-      st = model_scratch_new(m, s_batch, s_ctx, &s);
-    }
-    if (!st) st = model_forward_batch(m, s, segs, n_segs);
-    if (st) break;  // the root will stall on the collectives: say why and stop
+    // (the other ranks are inside this pass's collectives, waiting for this one's part)
+    if (model_forward_batch(m, d->s, d->segs, n_segs)) parallel_abort(d->comm, "a forward pass");
   }
-  if (st) fprintf(stderr, "mole: rank %d: %s\n", d->rank, mole_last_error());
-  model_scratch_free(s);
-  mole_free(segs);
-  mole_free(toks);
-  for (int64_t i = 0; i < d->n_kvs; i++) kv_free(d->kvs[i].kv);
-  d->n_kvs = 0;
-  return st;
 }
 
 static void dist_free(dist_ctx *d) {
   if (!d) return;
   for (int64_t i = 0; i < d->n_kvs; i++) kv_free(d->kvs[i].kv);
   mole_free(d->kvs);
+  mole_free(d->segs);
+  mole_free(d->toks);
+  model_scratch_free(d->s);
   mole_free(d->tmp);
   mole_free(d->stage);
-  mole_free(d->msg);
+  parallel_chan_free(&d->ch);
   mole_free(d);
 }
 

@@ -1,4 +1,4 @@
-// dist/disagg_plan: mole plan --disagg. MegaScale-Infer's plan search on
+// parallel/disagg_plan: mole plan --disagg. MegaScale-Infer's plan search on
 // profiled times.
 //
 // Every rank loads the model and profiles, all at once (so that the times
@@ -33,11 +33,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dist/dist.h"
-#include "dist/dist_internal.h"
 #include "experts/budget.h"
 #include "kv/kv.h"
 #include "model/model.h"
+#include "parallel/parallel.h"
 
 enum { PB_MAX = 10, PR_MAX = 14, PX_MAX = 16 };
 
@@ -114,15 +113,48 @@ static double time_experts(mole_model *m, int64_t r, int64_t x, model_scratch *s
   return (MPI_Wtime() - start) / reps / (double)hp->n_layer;
 }
 
+// The link's buffers: 1 MiB, then SMALL bytes to and from every rank, and
+// their requests.
+enum { LINK_BIG = 1 << 20, SMALL = 4 << 10 };
+typedef struct {
+  char *buf, *sb, *rb;  // [LINK_BIG], [size][SMALL] each
+  MPI_Request *rq;      // [2 * size]
+} link_bufs;
+
+static mole_status link_bufs_new(int size, link_bufs *l) {
+  l->buf = mole_calloc(LINK_BIG, 1);
+  l->sb = mole_calloc((size_t)size * SMALL, 1);
+  l->rb = mole_calloc((size_t)size * SMALL, 1);
+  l->rq = mole_malloc((size_t)(2 * size) * sizeof *l->rq);
+  if (l->buf && l->sb && l->rb && l->rq) return MOLE_OK;
+  return mole_errorf(MOLE_ERR_NOMEM, "plan --disagg: out of memory for the link's buffers");
+}
+
+static void link_bufs_free(link_bufs *l) {
+  mole_free(l->buf);
+  mole_free(l->sb);
+  mole_free(l->rb);
+  mole_free(l->rq);
+}
+
+// Every rank sends SMALL bytes to every other and receives theirs (tag), napping while it waits.
+static void exchange_all(int rank, int size, const link_bufs *l, int tag) {
+  int n = 0;
+  for (int q = 0; q < size; q++) {
+    if (q == rank) continue;
+    MPI_Irecv(l->rb + (size_t)q * SMALL, SMALL, MPI_BYTE, q, tag, MPI_COMM_WORLD, &l->rq[n++]);
+    MPI_Isend(l->sb + (size_t)q * SMALL, SMALL, MPI_BYTE, q, tag, MPI_COMM_WORLD, &l->rq[n++]);
+  }
+  parallel_wait_for(l->rq, n, PARALLEL_NAP_PASS_US);
+}
+
 // The link: ranks 0 and N-1 ping-pong 1 MiB messages (bandwidth); then every
 // rank exchanges 4 KiB with every other at once, waiting as a pass waits
 // (napping), the latency of one such exchange: with more processes than
 // cores it includes waiting for the others to be scheduled.
-static void profile_link(int rank, int size, dg_profile *p) {
-  enum { BIG = 1 << 20, SMALL = 4 << 10 };
-  char *buf = mole_calloc(BIG, 1), *sb = mole_calloc((size_t)size * SMALL, 1), *rb = mole_calloc((size_t)size * SMALL, 1);
-  MPI_Request *rq = mole_malloc((size_t)(2 * size) * sizeof *rq);
-  MOLE_ASSERT(buf && sb && rb && rq);
+static void profile_link(int rank, int size, const link_bufs *l, dg_profile *p) {
+  enum { BIG = LINK_BIG };
+  char *buf = l->buf;
   const int peer = rank == 0 ? size - 1 : 0;
   MPI_Barrier(MPI_COMM_WORLD);
   double best = 1e30;
@@ -142,22 +174,12 @@ static void profile_link(int rank, int size, dg_profile *p) {
   int reps = 0;
   const double start = MPI_Wtime();
   for (int go = 1; go; reps++) {
-    int n = 0;
-    for (int q = 0; q < size; q++) {
-      if (q == rank) continue;
-      MPI_Irecv(rb + (size_t)q * SMALL, SMALL, MPI_BYTE, q, 78, MPI_COMM_WORLD, &rq[n++]);
-      MPI_Isend(sb + (size_t)q * SMALL, SMALL, MPI_BYTE, q, 78, MPI_COMM_WORLD, &rq[n++]);
-    }
-    dist_wait_for(rq, n, DIST_NAP_PASS_US);
+    exchange_all(rank, size, l, 78);
     // the same count of exchanges on every rank: rank 0 says when to stop
     go = reps < 20 || MPI_Wtime() - start < 0.05;
     MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);
   }
   p->lat_s = MOLE_MAX((MPI_Wtime() - start) / reps - (double)SMALL / p->bw_bps, 0);
-  mole_free(buf);
-  mole_free(sb);
-  mole_free(rb);
-  mole_free(rq);
 }
 
 // What an exchange costs inside a pass, where every rank computes between
@@ -166,12 +188,8 @@ static void profile_link(int rank, int size, dg_profile *p) {
 // exchanges. With more processes than cores, a rank that waits for one
 // preempted by another process pays a scheduler slice; p->lat_s becomes the
 // larger of the two latencies.
-static void profile_sync(mole_model *m, int rank, int size, model_scratch *xs, const float *const *xin,
+static void profile_sync(mole_model *m, int rank, int size, const link_bufs *l, model_scratch *xs, const float *const *xin,
                          float *const *xout, int32_t *sel, float *w, uint8_t *done, int64_t rows, dg_profile *p) {
-  enum { SMALL = 4 << 10 };
-  char *sb = mole_calloc((size_t)size * SMALL, 1), *rb = mole_calloc((size_t)size * SMALL, 1);
-  MPI_Request *rq = mole_malloc((size_t)(2 * size) * sizeof *rq);
-  MOLE_ASSERT(sb && rb && rq);
   for (int64_t i = 0; i < rows; i++) sel[i] = (int32_t)(i % m->hp.n_expert), w[i] = 0.5f;
   // five alternations of 40 ms without and with the exchanges: the median difference
   enum { ALT = 5 };
@@ -185,15 +203,7 @@ static void profile_sync(mole_model *m, int rank, int size, model_scratch *xs, c
       for (int go = 1; go; reps++) {
         mole_status st = model_experts_rows(m, xs, reps % m->hp.n_layer, rows, xin, sel, w, xout, done);
         MOLE_ASSERT(st == MOLE_OK);
-        if (with) {
-          int n = 0;
-          for (int q = 0; q < size; q++) {
-            if (q == rank) continue;
-            MPI_Irecv(rb + (size_t)q * SMALL, SMALL, MPI_BYTE, q, 79, MPI_COMM_WORLD, &rq[n++]);
-            MPI_Isend(sb + (size_t)q * SMALL, SMALL, MPI_BYTE, q, 79, MPI_COMM_WORLD, &rq[n++]);
-          }
-          dist_wait_for(rq, n, DIST_NAP_PASS_US);
-        }
+        if (with) exchange_all(rank, size, l, 79);
         go = reps < 10 || MPI_Wtime() - start < 0.04;
         if (with) MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);
       }
@@ -209,9 +219,6 @@ static void profile_sync(mole_model *m, int rank, int size, model_scratch *xs, c
     }
   MPI_Bcast(diff, ALT, MPI_DOUBLE, 0, MPI_COMM_WORLD);  // rank 0's, as the bare latency
   p->lat_s = MOLE_MAX(p->lat_s, diff[ALT / 2]);
-  mole_free(sb);
-  mole_free(rb);
-  mole_free(rq);
 }
 
 // Linear interpolation of y over sorted x (clamped, extrapolated linearly above).
@@ -277,96 +284,208 @@ static void plan_json(FILE *f, const dg_plan *q, int N) {
           (long long)q->B, 1e3 * q->pass_s, q->tps, q->tps_rank, q->mem_attn, q->mem_exp, q->fits ? "true" : "false");
 }
 
+// What rank 0 profiles with: the attention side's caches, scratch, logits
+// and choices, the expert side's rows, the link's buffers.
+typedef struct {
+  model_kv **kvs;  // [bmax]
+  int64_t n_kvs;
+  model_scratch *s, *xs;
+  float *lg;      // [bmax][n_vocab]
+  int64_t *idx;   // [bmax][n_expert_used]
+  float *xbuf;    // [2][rmax][n_embd]
+  const float **xin;
+  float **xout;
+  int32_t *sel;
+  float *w;
+  uint8_t *done;  // [rmax] each
+  link_bufs link;
+} prof_bufs;
+
+static void prof_bufs_free(prof_bufs *b) {
+  for (int64_t i = 0; i < b->n_kvs; i++) kv_free(b->kvs[i]);
+  mole_free(b->kvs);
+  model_scratch_free(b->s);
+  model_scratch_free(b->xs);
+  mole_free(b->lg);
+  mole_free(b->idx);
+  mole_free(b->xbuf);
+  mole_free(b->xin);
+  mole_free(b->xout);
+  mole_free(b->sel);
+  mole_free(b->w);
+  mole_free(b->done);
+  link_bufs_free(&b->link);
+}
+
+static mole_status prof_bufs_new(mole_model *m, const dg_profile *p, int64_t ctx, int N, prof_bufs *b) {
+  const model_hparams *hp = &m->hp;
+  const int64_t bmax = p->b[p->nb - 1], rmax = p->r[p->nr - 1], K = hp->n_expert_used;
+  b->kvs = mole_calloc((size_t)bmax, sizeof *b->kvs);
+  b->lg = mole_malloc((size_t)(bmax * hp->n_vocab) * sizeof(float));
+  b->idx = mole_malloc((size_t)(bmax * K) * sizeof *b->idx);
+  b->xbuf = mole_calloc((size_t)(2 * rmax * hp->n_embd), sizeof(float));
+  b->xin = mole_malloc((size_t)rmax * sizeof *b->xin);
+  b->xout = mole_malloc((size_t)rmax * sizeof *b->xout);
+  b->sel = mole_malloc((size_t)rmax * sizeof *b->sel);
+  b->w = mole_malloc((size_t)rmax * sizeof *b->w);
+  b->done = mole_malloc((size_t)rmax);
+  mole_status st = link_bufs_new(N, &b->link);
+  if (!st && (!b->kvs || !b->lg || !b->idx || !b->xbuf || !b->xin || !b->xout || !b->sel || !b->w || !b->done))
+    st = mole_errorf(MOLE_ERR_NOMEM, "plan --disagg: out of memory");
+  // the attention side: bmax caches at context ctx (contents do not change the time)
+  for (; b->n_kvs < bmax && !st; b->n_kvs++)
+    st = kv_new(hp->n_layer, ctx + 2, hp->n_head_kv * hp->head_dim, hp->n_head_kv * hp->head_dim_v, QT_F16,
+                &b->kvs[b->n_kvs]);
+  if (!st) st = model_scratch_new(m, bmax, ctx + 2, &b->s);
+  if (!st) st = model_scratch_new(m, rmax, 1, &b->xs);
+  if (st) return st;
+  for (int64_t i = 0; i < rmax; i++) {
+    float *xi = b->xbuf + i * hp->n_embd;
+    for (int64_t j = 0; j < hp->n_embd; j++) xi[j] = (float)((i * 31 + j * 17) % 97) / 97.0f - 0.5f;
+    b->xin[i] = xi;
+    b->xout[i] = b->xbuf + (rmax + i) * hp->n_embd;
+  }
+  return MOLE_OK;
+}
+
+// The sizes profiled: batches 1, 2, 4, .. up to max_seqs (a sequence per
+// token in decode); rows 1, 2, 4, .. up to every token's every choice
+// reaching one rank; the experts per rank of every count of expert ranks.
+static void profile_sizes(dg_profile *p, const model_hparams *hp, int64_t max_seqs, int N) {
+  for (int64_t b = 1; p->nb < PB_MAX; b *= 2) {
+    p->b[p->nb++] = MOLE_MIN(b, max_seqs);
+    if (b >= max_seqs) break;
+  }
+  const int64_t bmax = p->b[p->nb - 1], K = hp->n_expert_used;
+  for (int64_t r = 1; p->nr < PR_MAX; r *= 2) {
+    p->r[p->nr++] = MOLE_MIN(r, bmax * K);
+    if (r >= bmax * K) break;
+  }
+  for (int E = 1; E <= N && p->nx < PX_MAX; E++) {
+    const int64_t x = hp->n_expert / E;
+    bool seen = false;
+    for (int i = 0; i < p->nx; i++) seen = seen || p->x[i] == x;
+    if (!seen && x >= 1) p->x[p->nx++] = x;
+  }
+}
+
+// Rank 0: every candidate's prediction, the pick (JSON to out, NULL:
+// stdout) and a summary on stderr.
+static mole_status plan_write(const dg_profile *p, const model_hparams *hp, int N, int cores, double wa, double we,
+                              double kv_seq, int64_t ctx, double max_tpot_ms, const char *out) {
+  // candidates: every split, m = 1..4, ping-pong on and off, B = the profiled batch sizes
+  dg_plan best = {0}, cand[2048];
+  int nc = 0;
+  for (int A = 1; A <= N; A++) {
+    const int E = A == N ? N : N - A;
+    for (int mm = 1; mm <= 4; mm++)
+      for (int pp = 0; pp < 2; pp++) {
+        if (A == N && pp) continue;  // co-located: no ping-pong between sides
+        for (int bi = 0; bi < p->nb && nc < 2048; bi++) {
+          dg_plan q = {.A = A, .E = E, .m = mm, .B = p->b[bi], .ping_pong = pp == 1};
+          if (q.B < (int64_t)A * mm || hp->n_expert / E < 1) continue;
+          predict(p, hp, N, cores, wa, we, kv_seq, &q);
+          cand[nc++] = q;
+          const bool ok_lat = max_tpot_ms <= 0 || 1e3 * q.pass_s <= max_tpot_ms;
+          if (q.fits && ok_lat && q.tps_rank > best.tps_rank) best = q;
+        }
+      }
+  }
+  if (best.A == 0)
+    return mole_errorf(MOLE_ERR_NOMEM, "plan --disagg: no split of %d processes meets %.1f ms per token within %.0f MiB per rank",
+                       N, max_tpot_ms, p->mem_bytes / 1048576.0);
+  FILE *f = out ? fopen(out, "w") : stdout;
+  if (!f) return mole_errorf(MOLE_ERR_IO, "plan: cannot write '%s'", out);
+  fprintf(f, "{\"disagg\": true, \"ranks\": %d, \"ctx\": %lld, \"max_tpot_ms\": %.3f, \"pick\": ", N, (long long)ctx,
+          max_tpot_ms);
+  plan_json(f, &best, N);
+  fprintf(f, ",\n \"profile\": {\"batch\": [");
+  for (int i = 0; i < p->nb; i++)
+    fprintf(f, "%s[%lld, %.4f, %.4f]", i ? ", " : "", (long long)p->b[i], 1e3 * p->ta[i], 1e3 * p->tr[i]);
+  fprintf(f, "], \"experts\": [");
+  for (int xi = 0; xi < p->nx; xi++) {
+    fprintf(f, "%s{\"experts\": %lld, \"rows_ms\": [", xi ? ", " : "", (long long)p->x[xi]);
+    for (int ri = 0; ri < p->nr; ri++) fprintf(f, "%s[%lld, %.4f]", ri ? ", " : "", (long long)p->r[ri], 1e3 * p->te[xi][ri]);
+    fprintf(f, "]}");
+  }
+  fprintf(f, "], \"link_latency_us\": %.2f, \"link_gbs\": %.3f, \"mem_bytes\": %.0f, \"note\": \"batch: [sequences, ms per layer, ms per pass outside the layers]; experts: ms per layer\"},\n \"candidates\": [\n",
+          1e6 * p->lat_s, p->bw_bps / 1e9, p->mem_bytes);
+  for (int i = 0; i < nc; i++) {
+    fprintf(f, "  ");
+    plan_json(f, &cand[i], N);
+    fprintf(f, "%s\n", i + 1 < nc ? "," : "");
+  }
+  fprintf(f, "]}\n");
+  if (out) fclose(f);
+  const dg_plan *q = &best;
+  char split[64];
+  if (q->A == N) snprintf(split, sizeof split, "co-located");
+  else snprintf(split, sizeof split, "%d attention + %d expert", q->A, q->E);
+  fprintf(stderr,
+          "mole plan --disagg: %d ranks: %s, %d micro-batches%s, %lld sequences: predicted %.2f ms per token, "
+          "%.1f tokens/s (%.1f per rank)\n",
+          N, split, q->m, q->A == N ? "" : (q->ping_pong ? " ping-pong" : " one after another"),
+          (long long)q->B, 1e3 * q->pass_s, q->tps, q->tps_rank);
+  if (q->A != N) fprintf(stderr, "mole plan --disagg: run with --disagg attn=%d,expert=%d --micro-batches %d%s\n", q->A, q->E, q->m, q->ping_pong ? "" : " --no-ping-pong");
+  else fprintf(stderr, "mole plan --disagg: run with --disagg colocated --micro-batches %d\n", q->m);
+  return MOLE_OK;
+}
+
 mole_status mole_disagg_plan(const char *path, const mole_model_params *params, int64_t max_seqs, int64_t ctx,
                              double max_tpot_ms, const char *out) {
-  if (!dist_inited()) return mole_errorf(MOLE_ERR_ARG, "plan --disagg: run under mpirun (mole_dist_init)");
+  if (!parallel_inited()) return mole_errorf(MOLE_ERR_ARG, "plan --disagg: run under mpirun (mole_dist_init)");
+  const int threads = parallel_default_threads();  // (a collective: on every rank, before anything can fail)
   int rank, N;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &N);
-  if (max_seqs < 1 || max_seqs > 1024) return mole_errorf(MOLE_ERR_ARG, "plan --disagg: --seqs %lld: 1..1024", (long long)max_seqs);
-  if (ctx < 1 || ctx > 1 << 20) return mole_errorf(MOLE_ERR_ARG, "plan --disagg: --ctx %lld: 1..1048576", (long long)ctx);
+  mole_status st = MOLE_OK;
   mole_model_params mp = *params;
-  if (mp.n_threads < 0 || mp.n_threads > 1024) return mole_errorf(MOLE_ERR_ARG, "threads: %d is out of range", mp.n_threads);
-  if (mp.n_threads == 0) mp.n_threads = dist_default_threads();
+  if (max_seqs < 1 || max_seqs > 1024)
+    st = mole_errorf(MOLE_ERR_ARG, "plan --disagg: --seqs %lld: 1..1024", (long long)max_seqs);
+  else if (ctx < 1 || ctx > 1 << 20)
+    st = mole_errorf(MOLE_ERR_ARG, "plan --disagg: --ctx %lld: 1..1048576", (long long)ctx);
+  else if (mp.n_threads < 0 || mp.n_threads > 1024)
+    st = mole_errorf(MOLE_ERR_ARG, "threads: %d is out of range", mp.n_threads);
+  if (mp.n_threads == 0) mp.n_threads = threads;
   mp.offload.expert_budget = 0;
   mp.offload.expert_budget_frac = 0;
-  mole_model *m;
-  mole_status st = model_load(path, &mp, NULL, &m);
-  if (st) return st;
-  const model_hparams *hp = &m->hp;
-  if (hp->n_expert == 0) {
-    model_free(m);
-    return mole_errorf(MOLE_ERR_ARG, "%s: plan --disagg: a dense model (no routed experts)", path);
-  }
+  mole_model *m = NULL;
+  if (!st) st = model_load(path, &mp, NULL, &m);
+  if (!st && m->hp.n_expert == 0) st = mole_errorf(MOLE_ERR_ARG, "%s: plan --disagg: a dense model (no routed experts)", path);
   dg_profile p = {0};
-  experts_mem_info mi;
-  experts_mem_probe(NULL, &mi);
-  p.mem_bytes = mi.available > 0 ? (double)mi.available : 0;
-  // batch sizes: 1, 2, 4, .. up to max_seqs (a sequence per token in decode)
-  for (int64_t b = 1; p.nb < PB_MAX; b *= 2) {
-    p.b[p.nb++] = MOLE_MIN(b, max_seqs);
-    if (b >= max_seqs) break;
-  }
-  const int64_t bmax = p.b[p.nb - 1], K = hp->n_expert_used;
-  // rows: 1, 2, 4, .. up to every token's every choice reaching one rank
-  for (int64_t r = 1; p.nr < PR_MAX; r *= 2) {
-    p.r[p.nr++] = MOLE_MIN(r, bmax * K);
-    if (r >= bmax * K) break;
-  }
-  for (int E = 1; E <= N && p.nx < PX_MAX; E++) {
-    const int64_t x = hp->n_expert / E;
-    bool seen = false;
-    for (int i = 0; i < p.nx; i++) seen = seen || p.x[i] == x;
-    if (!seen && x >= 1) p.x[p.nx++] = x;
-  }
-  // the attention side: bmax caches at context ctx (contents do not change the time)
-  model_kv **kvs = mole_calloc((size_t)bmax, sizeof *kvs);
-  model_scratch *s = NULL, *xs = NULL;
-  const int64_t rmax = p.r[p.nr - 1];
-  float *lg = mole_malloc((size_t)(bmax * hp->n_vocab) * sizeof(float));
-  int64_t *idx = mole_malloc((size_t)(bmax * K) * sizeof *idx);
-  float *xbuf = mole_calloc((size_t)(2 * rmax * hp->n_embd), sizeof(float));
-  const float **xin = mole_malloc((size_t)rmax * sizeof *xin);
-  float **xout = mole_malloc((size_t)rmax * sizeof *xout);
-  int32_t *sel = mole_malloc((size_t)rmax * sizeof *sel);
-  float *w = mole_malloc((size_t)rmax * sizeof *w);
-  uint8_t *done = mole_malloc((size_t)rmax);
-  if (!kvs || !lg || !idx || !xbuf || !xin || !xout || !sel || !w || !done) st = mole_errorf(MOLE_ERR_NOMEM, "plan: out of memory");
-  for (int64_t i = 0; i < bmax && !st; i++)
-    st = kv_new(hp->n_layer, ctx + 2, hp->n_head_kv * hp->head_dim, hp->n_head_kv * hp->head_dim_v, QT_F16, &kvs[i]);
-  if (!st) st = model_scratch_new(m, bmax, ctx + 2, &s);
-  if (!st) st = model_scratch_new(m, rmax, 1, &xs);
-  double kv_seq = 0;
+  prof_bufs b = {0};
   if (!st) {
-    kv_seq = (double)kv_bytes(kvs[0]);
-    for (int64_t i = 0; i < rmax; i++) {
-      float *xi = xbuf + i * hp->n_embd;
-      for (int64_t j = 0; j < hp->n_embd; j++) xi[j] = (float)((i * 31 + j * 17) % 97) / 97.0f - 0.5f;
-      xin[i] = xi;
-      xout[i] = xbuf + (rmax + i) * hp->n_embd;
-    }
-    MPI_Barrier(MPI_COMM_WORLD);  // every rank profiles at once: the times include what they take from each other
-    double rest;
-    time_attn(m, 1, ctx, kvs, s, lg, idx, &rest);  // warm-up
-    for (int i = 0; i < p.nb; i++) p.ta[i] = time_attn(m, p.b[i], ctx, kvs, s, lg, idx, &p.tr[i]);
-    for (int xi = 0; xi < p.nx; xi++)
-      for (int ri = 0; ri < p.nr; ri++) p.te[xi][ri] = time_experts(m, p.r[ri], p.x[xi], xs, xin, xout, sel, w, done);
-    profile_link(rank, N, &p);
-    profile_sync(m, rank, N, xs, xin, xout, sel, w, done, MOLE_MIN(rmax, 8), &p);
+    experts_mem_info mi;
+    experts_mem_probe(NULL, &mi);
+    p.mem_bytes = mi.available > 0 ? (double)mi.available : 0;
+    profile_sizes(&p, &m->hp, max_seqs, N);
+    st = prof_bufs_new(m, &p, ctx, N, &b);
   }
+  // the first collective after the load: every rank gets here, whatever failed before
+  if ((st = parallel_agree(MPI_COMM_WORLD, st))) {
+    prof_bufs_free(&b);
+    model_free(m);
+    return st;
+  }
+  const model_hparams *hp = &m->hp;
+  const int64_t rmax = p.r[p.nr - 1];
+  const double kv_seq = (double)kv_bytes(b.kvs[0]);
+  MPI_Barrier(MPI_COMM_WORLD);  // every rank profiles at once: the times include what they take from each other
+  double rest;
+  time_attn(m, 1, ctx, b.kvs, b.s, b.lg, b.idx, &rest);  // warm-up
+  for (int i = 0; i < p.nb; i++) p.ta[i] = time_attn(m, p.b[i], ctx, b.kvs, b.s, b.lg, b.idx, &p.tr[i]);
+  for (int xi = 0; xi < p.nx; xi++)
+    for (int ri = 0; ri < p.nr; ri++)
+      p.te[xi][ri] = time_experts(m, p.r[ri], p.x[xi], b.xs, b.xin, b.xout, b.sel, b.w, b.done);
+  profile_link(rank, N, &b.link, &p);
+  profile_sync(m, rank, N, &b.link, b.xs, b.xin, b.xout, b.sel, b.w, b.done, MOLE_MIN(rmax, 8), &p);
   // every rank's figures: the slowest rank's times, the least memory
-  int ok = !st, all_ok = 0;
-  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (all_ok) {
-    MPI_Allreduce(MPI_IN_PLACE, p.ta, PB_MAX, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Allreduce(MPI_IN_PLACE, p.tr, PB_MAX, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Allreduce(MPI_IN_PLACE, p.te, PX_MAX * PR_MAX, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Allreduce(MPI_IN_PLACE, &p.mem_bytes, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Bcast(&p.lat_s, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    MPI_Bcast(&p.bw_bps, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-  } else if (!st) {
-    st = mole_errorf(MOLE_ERR_INTERNAL, "plan --disagg: another rank failed to profile");
-  }
+  MPI_Allreduce(MPI_IN_PLACE, p.ta, PB_MAX, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, p.tr, PB_MAX, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, p.te, PX_MAX * PR_MAX, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &p.mem_bytes, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Bcast(&p.lat_s, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  MPI_Bcast(&p.bw_bps, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   // weights: the routed experts' bytes, the rest
   double we = 0, wall = 0;
   for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
@@ -374,93 +493,18 @@ mole_status mole_disagg_plan(const char *path, const mole_model_params *params, 
     wall += (double)t->size;
     if (strstr(t->name, "_exps.")) we += (double)t->size;
   }
-  const double wa = wall - we;
   // cores of the machine per process when they share one (the smallest node)
   int cores = (int)sysconf(_SC_NPROCESSORS_ONLN), here = 1;
-  {
-    MPI_Comm node;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
-      MPI_Comm_size(node, &here);
-      MPI_Comm_free(&node);
-    }
-    cores = MOLE_MAX(cores, 1) * N / here;  // as if every node were this one: N processes on `cores` in all
-    MPI_Allreduce(MPI_IN_PLACE, &cores, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Comm node;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+    MPI_Comm_size(node, &here);
+    MPI_Comm_free(&node);
   }
-  if (!st && rank == 0) {
-    // candidates: every split, m = 1..4, ping-pong on and off, B = the profiled batch sizes
-    dg_plan best = {0}, cand[2048];
-    int nc = 0;
-    for (int A = 1; A <= N; A++) {
-      const int E = A == N ? N : N - A;
-      for (int mm = 1; mm <= 4; mm++)
-        for (int pp = 0; pp < 2; pp++) {
-          if (A == N && pp) continue;  // co-located: no ping-pong between sides
-          for (int bi = 0; bi < p.nb && nc < 2048; bi++) {
-            dg_plan q = {.A = A, .E = E, .m = mm, .B = p.b[bi], .ping_pong = pp == 1};
-            if (q.B < (int64_t)A * mm || hp->n_expert / E < 1) continue;
-            predict(&p, hp, N, cores, wa, we, kv_seq, &q);
-            cand[nc++] = q;
-            const bool ok_lat = max_tpot_ms <= 0 || 1e3 * q.pass_s <= max_tpot_ms;
-            if (q.fits && ok_lat && q.tps_rank > best.tps_rank) best = q;
-          }
-        }
-    }
-    FILE *f = out ? fopen(out, "w") : stdout;
-    if (!f) {
-      st = mole_errorf(MOLE_ERR_IO, "plan: cannot write '%s'", out);
-    } else if (best.A == 0) {
-      st = mole_errorf(MOLE_ERR_NOMEM, "plan --disagg: no split of %d processes meets %.1f ms per token within %.0f MiB per rank",
-                       N, max_tpot_ms, p.mem_bytes / 1048576.0);
-    } else {
-      fprintf(f, "{\"disagg\": true, \"ranks\": %d, \"ctx\": %lld, \"max_tpot_ms\": %.3f, \"pick\": ", N, (long long)ctx,
-              max_tpot_ms);
-      plan_json(f, &best, N);
-      fprintf(f, ",\n \"profile\": {\"batch\": [");
-      for (int i = 0; i < p.nb; i++)
-        fprintf(f, "%s[%lld, %.4f, %.4f]", i ? ", " : "", (long long)p.b[i], 1e3 * p.ta[i], 1e3 * p.tr[i]);
-      fprintf(f, "], \"experts\": [");
-      for (int xi = 0; xi < p.nx; xi++) {
-        fprintf(f, "%s{\"experts\": %lld, \"rows_ms\": [", xi ? ", " : "", (long long)p.x[xi]);
-        for (int ri = 0; ri < p.nr; ri++) fprintf(f, "%s[%lld, %.4f]", ri ? ", " : "", (long long)p.r[ri], 1e3 * p.te[xi][ri]);
-        fprintf(f, "]}");
-      }
-      fprintf(f, "], \"link_latency_us\": %.2f, \"link_gbs\": %.3f, \"mem_bytes\": %.0f, \"note\": \"batch: [sequences, ms per layer, ms per pass outside the layers]; experts: ms per layer\"},\n \"candidates\": [\n",
-              1e6 * p.lat_s, p.bw_bps / 1e9, p.mem_bytes);
-      for (int i = 0; i < nc; i++) {
-        fprintf(f, "  ");
-        plan_json(f, &cand[i], N);
-        fprintf(f, "%s\n", i + 1 < nc ? "," : "");
-      }
-      fprintf(f, "]}\n");
-      if (out) fclose(f);
-      const dg_plan *q = &best;
-      char split[64];
-      if (q->A == N) snprintf(split, sizeof split, "co-located");
-      else snprintf(split, sizeof split, "%d attention + %d expert", q->A, q->E);
-      fprintf(stderr,
-              "mole plan --disagg: %d ranks: %s, %d micro-batches%s, %lld sequences: predicted %.2f ms per token, "
-              "%.1f tokens/s (%.1f per rank)\n",
-              N, split, q->m, q->A == N ? "" : (q->ping_pong ? " ping-pong" : " one after another"),
-              (long long)q->B, 1e3 * q->pass_s, q->tps, q->tps_rank);
-      if (q->A != N) fprintf(stderr, "mole plan --disagg: run with --disagg attn=%d,expert=%d --micro-batches %d%s\n", q->A, q->E, q->m, q->ping_pong ? "" : " --no-ping-pong");
-      else fprintf(stderr, "mole plan --disagg: run with --disagg colocated --micro-batches %d\n", q->m);
-    }
-  }
-  for (int64_t i = 0; kvs && i < bmax; i++) kv_free(kvs[i]);
-  mole_free(kvs);
-  model_scratch_free(s);
-  model_scratch_free(xs);
-  mole_free(lg);
-  mole_free(idx);
-  mole_free(xbuf);
-  mole_free(xin);
-  mole_free(xout);
-  mole_free(sel);
-  mole_free(w);
-  mole_free(done);
+  cores = MOLE_MAX(cores, 1) * N / here;  // as if every node were this one: N processes on `cores` in all
+  MPI_Allreduce(MPI_IN_PLACE, &cores, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (rank == 0) st = plan_write(&p, hp, N, cores, wall - we, we, kv_seq, ctx, max_tpot_ms, out);
+  prof_bufs_free(&b);
   model_free(m);
-  int st0 = st;
-  MPI_Bcast(&st0, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  if (st0 && !st) st = mole_errorf((mole_status)st0, "plan --disagg: rank 0 failed");
-  return st;
+  // rank 0's outcome is every rank's
+  return parallel_agree(MPI_COMM_WORLD, st);
 }

@@ -15,12 +15,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dist/dist.h"
 #include "experts/budget.h"
 #include "model/model.h"
 #include "model/ops.h"
+#include "parallel/parallel.h"
+#include "parallel/shares.h"
 
-enum { MAX_R = 64 };
+enum { MAX_R = PARALLEL_MAX_RANKS };
 
 typedef struct {
   double decode_gbs;   // weight bytes streamed per second through a one-token matvec
@@ -46,7 +47,7 @@ static quant_type main_type(const gguf_file *f) {
 // wall time each rate is measured over: ten periods of a CFS quota
 enum { PROFILE_WINDOW_US = 1000000 };
 
-static void profile_compute(mole_model *m, quant_type t, size_t mib, rank_profile *p) {
+static mole_status profile_compute(mole_model *m, quant_type t, size_t mib, rank_profile *p) {
   const int64_t k = 4096, rows = (int64_t)((mib << 20) / quant_row_size(t, k)) / 16 * 16;
   const size_t rb = quant_row_size(t, k);
   const quant_traits *tr = quant_traits_of(t), *vt = quant_traits_of(tr->vec_dot_type);
@@ -55,7 +56,14 @@ static void profile_compute(mole_model *m, quant_type t, size_t mib, rank_profil
   const int64_t nt = 64;
   char *X = mole_aligned_alloc(64, quant_row_size(tr->vec_dot_type, k) * nt);
   float *Y = mole_aligned_alloc(64, sizeof(float) * (size_t)rows * nt);
-  MOLE_ASSERT(W && R && f && X && Y);
+  if (!W || !R || !f || !X || !Y) {
+    mole_aligned_free(W);
+    mole_aligned_free(R);
+    mole_aligned_free(X);
+    mole_aligned_free(Y);
+    mole_free(f);
+    return mole_errorf(MOLE_ERR_NOMEM, "mole plan: out of memory for the %zu MiB matrix it profiles with", mib);
+  }
   uint64_t s = 0x9E3779B97F4A7C15ull * (uint64_t)(m->comm.rank + 1);
   for (int64_t r = 0; r < rows; r++) {  // every row different (the host could merge equal pages)
     for (int64_t i = 0; i < k; i++) {
@@ -97,12 +105,14 @@ static void profile_compute(mole_model *m, quant_type t, size_t mib, rank_profil
   mole_aligned_free(X);
   mole_aligned_free(Y);
   mole_free(f);
+  return MOLE_OK;
 }
 
-static void profile_link(MPI_Comm comm, int rank, int size, rank_profile *p) {
-  const int big = 4 << 20;
-  char *buf = mole_calloc(1, (size_t)big);
-  MOLE_ASSERT(buf);
+enum { LINK_BIG = 4 << 20 };
+
+// buf: LINK_BIG bytes.
+static void profile_link(MPI_Comm comm, int rank, int size, char *buf, rank_profile *p) {
+  const int big = LINK_BIG;
   for (int r = 1; r < size; r++) {  // rank 0 with each rank in turn
     if (rank != 0 && rank != r) {
       MPI_Barrier(comm);
@@ -131,60 +141,11 @@ static void profile_link(MPI_Comm comm, int rank, int size, rank_profile *p) {
     }
     MPI_Barrier(comm);
   }
-  mole_free(buf);
 }
 
-// Shares in proportion to speed; a rank whose share would not fit its memory
-// keeps what fits and the rest goes to the others.
-static bool fit_shares(const rank_profile *p, int n, double shardable, const double *fixed, double *w) {
-  bool capped[MAX_R] = {false};
-  for (int it = 0; it < n; it++) {
-    double free_speed = 0, free_share = 1;
-    for (int r = 0; r < n; r++)
-      if (capped[r]) free_share -= w[r];
-      else free_speed += p[r].decode_gbs;
-    for (int r = 0; r < n; r++)
-      if (!capped[r]) w[r] = free_speed > 0 ? free_share * p[r].decode_gbs / free_speed : 0;
-    bool moved = false;
-    for (int r = 0; r < n; r++) {
-      const double cap = (0.9 * p[r].mem_bytes - fixed[r]) / shardable;
-      if (!capped[r] && w[r] > cap) {
-        w[r] = MOLE_MAX(cap, 0);
-        capped[r] = moved = true;
-      }
-    }
-    if (!moved) return true;
-  }
-  double tot = 0;
-  for (int r = 0; r < n; r++) tot += w[r];
-  return tot > 0.999;
-}
-
-mole_status mole_dist_plan(const char *path, const mole_model_params *params, const char *out_path) {
-  const int rank = mole_dist_rank(), size = mole_dist_size();
-  if (size < 2) return mole_errorf(MOLE_ERR_ARG, "mole plan: run it under mpirun with the processes to plan for");
-  if (size > MAX_R) return mole_errorf(MOLE_ERR_ARG, "mole plan: at most %d processes", MAX_R);
-  // the file's shapes and types; no weights copied
-  mole_model_params mp = *params;
-  mp.use_mmap = true;
-  mp.offload.expert_budget = 0;
-  mole_model *m;
-  mole_status st = model_load(path, &mp, NULL, &m);
-  if (st) return st;
-  m->comm.rank = rank;
-  rank_profile me = {0};
-  experts_mem_info mi;
-  experts_mem_probe(NULL, &mi);
-  me.mem_bytes = mi.available > 0 ? (double)mi.available : 0;
-  const size_t mib = (size_t)MOLE_MAX(16.0, MOLE_MIN(128.0, me.mem_bytes / 8 / 1048576.0));
-  profile_compute(m, main_type(m->gguf), mib, &me);
-  profile_link(MPI_COMM_WORLD, rank, size, &me);
-  rank_profile all[MAX_R];
-  MPI_Gather(&me, sizeof me, MPI_BYTE, all, sizeof me, MPI_BYTE, 0, MPI_COMM_WORLD);
-  if (rank != 0) {
-    model_free(m);
-    return MOLE_OK;
-  }
+// Rank 0: the shares from every rank's profile, written as JSON.
+static mole_status plan_write(const mole_model *m, const char *path, const mole_model_params *params,
+                              const rank_profile *all, int size, const char *out_path) {
   // what splits (attention, FFN, experts, output) and what every rank keeps
   const uint64_t total = (uint64_t)gguf_size(m->gguf);
   const model_hparams *hp = &m->hp;
@@ -194,7 +155,11 @@ mole_status mole_dist_plan(const char *path, const mole_model_params *params, co
   const double shardable = (double)(total - MOLE_MIN(replicated, total));
   double fixed[MAX_R], w[MAX_R];
   for (int r = 0; r < size; r++) fixed[r] = (double)replicated + 64.0 * 1048576.0;
-  const bool fits = fit_shares(all, size, shardable, fixed, w);
+  double speed[MAX_R], mem[MAX_R];
+  for (int r = 0; r < size; r++) speed[r] = all[r].decode_gbs, mem[r] = all[r].mem_bytes;
+  bool fits = false;
+  mole_status st = shares_fit(speed, mem, fixed, size, shardable, w, &fits);
+  if (st) return mole_error_prefix(st, "mole plan: %s: ", path);
   const bool hmp = params->parallel != MOLE_PARALLEL_TP;
   // The vocabulary projection: split like the rest, each rank's rows of the
   // logits then crossing its link to the root every token (V/N floats: on a
@@ -251,7 +216,6 @@ mole_status mole_dist_plan(const char *path, const mole_model_params *params, co
   cJSON_AddBoolToObject(root, "fits", fits);
   char *txt = cJSON_Print(root);
   cJSON_Delete(root);
-  model_free(m);
   if (!txt) return mole_errorf(MOLE_ERR_NOMEM, "mole plan: out of memory");
   FILE *fp = out_path ? fopen(out_path, "w") : stdout;
   if (!fp) {
@@ -265,4 +229,41 @@ mole_status mole_dist_plan(const char *path, const mole_model_params *params, co
     return mole_errorf(MOLE_ERR_NOMEM, "mole plan: the model does not fit these processes' memory%s",
                        out_path ? " (the plan was written anyway)" : "");
   return MOLE_OK;
+}
+
+mole_status mole_dist_plan(const char *path, const mole_model_params *params, const char *out_path) {
+  const int rank = mole_dist_rank(), size = mole_dist_size();
+  if (size < 2) return mole_errorf(MOLE_ERR_ARG, "mole plan: run it under mpirun with the processes to plan for");
+  if (size > MAX_R) return mole_errorf(MOLE_ERR_ARG, "mole plan: at most %d processes", MAX_R);
+  // the file's shapes and types; no weights copied
+  mole_model_params mp = *params;
+  mp.use_mmap = true;
+  mp.offload.expert_budget = 0;
+  mole_model *m = NULL;
+  rank_profile me = {0};
+  char *buf = NULL;
+  mole_status st = model_load(path, &mp, NULL, &m);
+  if (!st) {
+    m->comm.rank = rank;
+    experts_mem_info mi;
+    experts_mem_probe(NULL, &mi);
+    me.mem_bytes = mi.available > 0 ? (double)mi.available : 0;
+    const size_t mib = (size_t)MOLE_MAX(16.0, MOLE_MIN(128.0, me.mem_bytes / 8 / 1048576.0));
+    st = profile_compute(m, main_type(m->gguf), mib, &me);
+  }
+  if (!st && !(buf = mole_calloc(1, LINK_BIG))) st = mole_errorf(MOLE_ERR_NOMEM, "mole plan: out of memory");
+  // the first collective: every rank gets here, whatever failed before
+  if ((st = parallel_agree(MPI_COMM_WORLD, st))) {
+    mole_free(buf);
+    model_free(m);
+    return st;
+  }
+  profile_link(MPI_COMM_WORLD, rank, size, buf, &me);
+  mole_free(buf);
+  rank_profile all[MAX_R];
+  MPI_Gather(&me, sizeof me, MPI_BYTE, all, sizeof me, MPI_BYTE, 0, MPI_COMM_WORLD);
+  if (rank == 0) st = plan_write(m, path, params, all, size, out_path);
+  model_free(m);
+  // rank 0's outcome (written or not, fits or not) is every rank's
+  return parallel_agree(MPI_COMM_WORLD, st);
 }
