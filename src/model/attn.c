@@ -102,7 +102,6 @@ mole_status attn_block(mole_model *m, model_scratch *s, int64_t il, int64_t n) {
   // Q, K, V: this process's heads of every token
   attn_rows_job rj = {m, s, ly};
   rows_gather(m, s, n, attn_qkv_rows, &rj);
-  if (!m->comm.hmp) attn_qkv_rows(&rj, 0, n);
   attn_qk_prep(m, s, ly, n);
   hooks_attn(m, s, il, n, false);
   kvpolicy_locret_score(m, s, il);

@@ -57,7 +57,6 @@ mole_status ffn_dense_block(mole_model *m, model_scratch *s, int64_t il, int64_t
   // gate and up tile by tile as rows arrive, down tile by tile as they leave
   ffn_rows_job rj = {m, s, ly, m->loc.n_ff};
   rows_gather(m, s, n, ffn_gate_up_rows, &rj);
-  if (!m->comm.hmp) ffn_gate_up_rows(&rj, 0, n);
   rows_reduce(m, s, n, ffn_down_rows, &rj);
   for (int64_t t = t0; t < t1; t++)
     for (int64_t i = 0; i < E; i++) s->x[t * E + i] += s->y[t * E + i];
