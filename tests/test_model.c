@@ -193,16 +193,6 @@ static void test_synth_deterministic(void **state) {
   unlink(p2);
 }
 
-static mole_model *load_fixture(const char *name) {
-  char rel[256];
-  snprintf(rel, sizeof rel, "tests/data/conformance/models/%s.gguf", name);
-  mole_model_params mp = mole_model_default_params();
-  mp.n_threads = 2;
-  mole_model *m;
-  if (mole_model_load(tu_path(rel), &mp, &m)) fail_msg("load %s: %s", name, mole_last_error());
-  return m;
-}
-
 // Every layer of each conformance architecture runs the blocks its
 // description names: the attention's q/k norm and biases, a dense or MoE
 // FFN, the routing function, the shared expert.
@@ -220,7 +210,7 @@ static void test_arch_plans(void **state) {
       {"olmoe", QK_NORM_FULL, false, FFN_MOE, false},
   };
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
-    mole_model *m = load_fixture(k[i].model);
+    mole_model *m = tu_load_fixture(k[i].model);
     for (int64_t il = 0; il < m->hp.n_layer; il++) {
       const model_layer_plan *p = &m->layers[il].plan;
       if (p->attn != ATTN_GQA || p->qk_norm != k[i].qk_norm || p->qkv_bias != k[i].qkv_bias || p->ffn != k[i].ffn ||
@@ -290,7 +280,7 @@ static void test_step_api(void **state) {
   const char *models[] = {"mixtral", "qwen2moe", "qwen3moe", "olmoe", "mixtral-q4_0"};
   enum { N_PROMPT = 7, N_DEC = 2, N_TOK = N_PROMPT + N_DEC, N_CTX = 32 };
   for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
-    mole_model *m = load_fixture(models[mi]);
+    mole_model *m = tu_load_fixture(models[mi]);
     const model_hparams *hp = &m->hp;
     const int64_t V = hp->n_vocab, E = hp->n_embd, K = hp->n_expert_used;
     int32_t toks[N_TOK];

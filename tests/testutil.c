@@ -67,3 +67,13 @@ int tu_emulated(void) {
   const char *e = getenv("MOLE_TEST_EMULATED");
   return e && *e == '1';
 }
+
+mole_model *tu_load_fixture(const char *name) {
+  char rel[256];
+  snprintf(rel, sizeof rel, "tests/data/conformance/models/%s.gguf", name);
+  mole_model_params mp = mole_model_default_params();
+  mp.n_threads = 2;
+  mole_model *m;
+  if (mole_model_load(tu_path(rel), &mp, &m)) fail_msg("load %s: %s", name, mole_last_error());
+  return m;
+}

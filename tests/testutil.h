@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "mole.h"
+
 // $MOLE_SOURCE_DIR/rel (static buffer per call slot; copy if kept).
 const char *tu_path(const char *rel);
 // Whole file into a malloc'd buffer with a NUL after the end (NULL on
@@ -23,6 +25,9 @@ void *tu_xalloc(size_t n);
 int tu_asan(void);
 // 1 under an emulator (the aarch64 tests under qemu: MOLE_TEST_EMULATED=1): slower, smaller inputs
 int tu_emulated(void);
+
+// A model of tests/data/conformance/models/ (NAME.gguf) with 2 threads; fails the test when it cannot load.
+mole_model *tu_load_fixture(const char *name);
 
 // The trained evaluation model committed in eval-model/ (scripts/train, make eval-model).
 #define EVAL_MODEL_FILE "mole-eval-moe-q8_0.gguf"

@@ -1,6 +1,5 @@
 // The attention kernel over an f16 KV cache (attn_job, blocks.h): causal,
 // every token over its own sequence's cache, as attn_f32.c's.
-#include <math.h>
 #include <string.h>
 
 #include "kv/kv.h"
@@ -37,18 +36,8 @@ void attn_worker_f16(void *ctx, int ith, int nth) {
                (size_t)hd * 2, S, s->n_ctx, 0, n_kv, rows, hd);
     for (int64_t r = 0; r < rows; r++) {
       const int64_t t = t0 + r / group, len = s->tok_nkv[t];
-      float *sc = S + r * s->n_ctx, mx = -INFINITY;
-      for (int64_t i = 0; i < len; i++) {
-        sc[i] *= hp->attn_scale;
-        mx = sc[i] > mx ? sc[i] : mx;
-      }
-      double sum = 0;
-      for (int64_t i = 0; i < len; i++) {
-        sc[i] = expf(sc[i] - mx);
-        sum += sc[i];
-      }
-      const float inv = (float)(1.0 / sum);
-      for (int64_t i = 0; i < len; i++) sc[i] *= inv;
+      float *sc = S + r * s->n_ctx;
+      ops_softmax(sc, len, hp->attn_scale);
       f16t->from_float(sc, p16, len);  // probabilities rounded to f16 (a row at a time: the SIMD twins)
       f16t->to_float(p16, sc, len);
       if (h2o)

@@ -22,7 +22,6 @@
 // router matmul's business (moe_route in ffn_moe.c), not the routing function's.
 #include "model/route.h"
 
-#include <math.h>
 #include <string.h>
 
 #include "model/ops.h"
@@ -37,15 +36,7 @@ static void route_softmax_topk(const model_hparams *hp, const model_layer *ly, i
   const int64_t X = hp->n_expert, K = hp->n_expert_used;
   for (int64_t t = 0; t < n; t++) {
     float *p = logits + t * X;  // [n_expert]: logits, then probabilities
-    float mx = -INFINITY;
-    for (int64_t e = 0; e < X; e++) mx = p[e] > mx ? p[e] : mx;
-    double sum = 0;
-    for (int64_t e = 0; e < X; e++) {
-      p[e] = expf(p[e] - mx);
-      sum += p[e];
-    }
-    const float inv = (float)(1.0 / sum);
-    for (int64_t e = 0; e < X; e++) p[e] *= inv;
+    ops_softmax(p, X, 1.0f);
     int32_t *st = sel + t * K;  // [n_expert_used]
     float *wt = w + t * K;      // [n_expert_used]
     ops_topk(p, X, K, st, wt);
