@@ -1,10 +1,9 @@
 // The architectures mole runs, one description each. A new architecture is
-// one entry here (and its ARCH_ id), plus at most one new block (an
-// ATTN_/FFN_ kind in model.h with its file and its entry in forward.c's
-// block tables, and its tensors in load.c's bind_layer) or one new routing
-// function (route.c). Layers that differ within a model (leading dense
-// layers, sliding-window layers) are arch_layer_plan's choice by layer index
-// and hyperparameters.
+// one entry here, plus at most one new block (an ATTN_/FFN_ kind in model.h
+// with its file, its entry in forward.c's block tables and its tensors in
+// load.c's bind_layer) or one new routing function (route.c). Layers that
+// differ within a model (leading dense layers, sliding-window layers) are
+// arch_layer_plan's choice by layer index and hyperparameters.
 //
 // Router semantics follow llama.cpp's build_moe_ffn calls per architecture:
 // llama (Mixtral) and qwen3moe renormalise the chosen weights, qwen2moe and
@@ -18,16 +17,16 @@
 
 static const arch_desc k_archs[] = {
     // Llama 1/2/3, Mistral (dense); Mixtral (ffn_gate_inp, ffn_*_exps)
-    {.name = "llama", .arch = ARCH_LLAMA, .norm_topk = true, .attn = ATTN_GQA, .route = "softmax_topk"},
+    {.name = "llama", .norm_topk = true, .attn = ATTN_GQA, .route = "softmax_topk"},
     // Qwen1.5-MoE, Qwen2-57B-A14B: q/k/v biases, a shared expert with a sigmoid gate
-    {.name = "qwen2moe", .arch = ARCH_QWEN2MOE, .rope_neox = true, .needs_experts = true, .attn = ATTN_GQA,
-     .qkv_bias = true, .route = "softmax_topk", .shexp = true},
+    {.name = "qwen2moe", .rope_neox = true, .needs_experts = true, .attn = ATTN_GQA, .qkv_bias = true,
+     .route = "softmax_topk", .shexp = true},
     // Qwen3-30B-A3B, Qwen3-235B-A22B: q/k RMS norm per head
-    {.name = "qwen3moe", .arch = ARCH_QWEN3MOE, .rope_neox = true, .norm_topk = true, .needs_experts = true,
-     .attn = ATTN_GQA, .qk_norm = QK_NORM_HEAD, .route = "softmax_topk"},
+    {.name = "qwen3moe", .rope_neox = true, .norm_topk = true, .needs_experts = true, .attn = ATTN_GQA,
+     .qk_norm = QK_NORM_HEAD, .route = "softmax_topk"},
     // OLMoE-1B-7B: q/k RMS norm over the whole projection
-    {.name = "olmoe", .arch = ARCH_OLMOE, .rope_neox = true, .needs_experts = true, .attn = ATTN_GQA,
-     .qk_norm = QK_NORM_FULL, .route = "softmax_topk"},
+    {.name = "olmoe", .rope_neox = true, .needs_experts = true, .attn = ATTN_GQA, .qk_norm = QK_NORM_FULL,
+     .route = "softmax_topk"},
 };
 
 const arch_desc *arch_find(const char *name) {

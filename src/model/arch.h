@@ -7,7 +7,6 @@
 
 typedef struct arch_desc {
   const char *name;     // general.architecture
-  model_arch arch;
   // hyperparameters fixed by the architecture (the rest load.c reads from the file)
   bool rope_neox;       // RoPE NEOX: pairs (i, i + n_rot/2); else NORM: (2i, 2i+1)
   bool norm_topk;       // the routing renormalises the chosen experts' weights

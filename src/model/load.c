@@ -113,7 +113,6 @@ static mole_status load_rope(loader *L, model_hparams *hp) {
 
 static mole_status load_hparams(loader *L, const arch_desc *ad) {
   model_hparams *hp = &L->m->hp;
-  hp->arch = ad->arch;
   hp->rope_neox = ad->rope_neox;
   hp->norm_topk = ad->norm_topk;
   const int64_t BIG = (int64_t)1 << 24;

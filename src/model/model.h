@@ -10,10 +10,7 @@
 #include "gguf/gguf.h"
 #include "quant/quant.h"
 
-typedef enum { ARCH_LLAMA = 0, ARCH_QWEN2MOE, ARCH_QWEN3MOE, ARCH_OLMOE, ARCH_COUNT } model_arch;
-
 typedef struct model_hparams {
-  model_arch arch;
   int64_t n_vocab;
   int64_t n_ctx_train;
   int64_t n_embd;
