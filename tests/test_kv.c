@@ -16,16 +16,6 @@
 #include "mole.h"
 #include "testutil.h"
 
-static mole_model *load(const char *name) {
-  char rel[256];
-  snprintf(rel, sizeof rel, "tests/data/conformance/models/%s.gguf", name);
-  mole_model_params mp = mole_model_default_params();
-  mp.n_threads = 2;
-  mole_model *m;
-  if (mole_model_load(tu_path(rel), &mp, &m)) fail_msg("load %s: %s", name, mole_last_error());
-  return m;
-}
-
 // Random retaining heads for m (small weights: scores of order 1).
 static kv_retain *random_heads(const mole_model *m, uint64_t seed) {
   const model_hparams *hp = &m->hp;
@@ -97,7 +87,7 @@ static void budget_covers_context_is_exact(void **state) {
   (void)state;
   const char *models[] = {"mixtral", "qwen3moe", "olmoe", "qwen2moe", "mixtral-q4_0"};
   for (size_t mi = 0; mi < sizeof models / sizeof *models; mi++) {
-    mole_model *m = load(models[mi]);
+    mole_model *m = tu_load_fixture(models[mi]);
     const int64_t V = m->hp.n_vocab;
     kv_retain *r = random_heads(m, 7);
     int32_t *t = tokens(N_ALL, V, 11 + mi);
@@ -209,7 +199,7 @@ static void eviction_order(void **state) {
 // positions (their layer-0 keys match the full cache's).
 static void eviction_keeps_positions(void **state) {
   (void)state;
-  mole_model *m = load("mixtral");
+  mole_model *m = tu_load_fixture("mixtral");
   const model_hparams *hp = &m->hp;
   const int64_t V = hp->n_vocab, B = 12, R = 4, S = 2, N = 50, ND = 5;
   kv_retain *r = random_heads(m, 3);
@@ -267,7 +257,7 @@ static void eviction_keeps_positions(void **state) {
 // covering them) a (layer, KV head)'s scores sum to n * its query heads.
 static void h2o_scores_sum_to_queries(void **state) {
   (void)state;
-  mole_model *m = load("qwen3moe");
+  mole_model *m = tu_load_fixture("qwen3moe");
   const model_hparams *hp = &m->hp;
   const int64_t group = hp->n_head / hp->n_head_kv;
   int32_t *t = tokens(30, hp->n_vocab, 9);
@@ -318,7 +308,7 @@ static void capture_hook(void *ctx, int64_t layer, int64_t n, const float *q, co
 
 static void locret_scores_are_the_heads(void **state) {
   (void)state;
-  mole_model *m = load("mixtral");
+  mole_model *m = tu_load_fixture("mixtral");
   const model_hparams *hp = &m->hp;
   const int64_t n = 24, qd = hp->n_head * hp->head_dim, kd = hp->n_head_kv * hp->head_dim,
                 vd = hp->n_head_kv * hp->head_dim_v, K = hp->n_head_kv;
@@ -363,7 +353,7 @@ static void expect_refused(mole_model *m, const mole_session_params *sp, const c
 
 static void session_api(void **state) {
   (void)state;
-  mole_model *m = load("mixtral");
+  mole_model *m = tu_load_fixture("mixtral");
   const int64_t V = mole_model_n_vocab(m);
   mole_session_params sp = mole_session_default_params();
   sp.n_ctx = 32;
@@ -506,7 +496,7 @@ static void batched_bounded_equals_alone(void **state) {
   (void)state;
   const char *models[] = {"mixtral", "qwen3moe"};
   for (size_t mi = 0; mi < 2; mi++) {
-    mole_model *m = load(models[mi]);
+    mole_model *m = tu_load_fixture(models[mi]);
     const int64_t V = mole_model_n_vocab(m);
     char heads[64];
     snprintf(heads, sizeof heads, "/tmp/mole_test_kv_bb_%d.gguf", (int)getpid());
@@ -573,7 +563,7 @@ static void batched_bounded_equals_alone(void **state) {
     bad.kv_heads = shared;
     bad.kv_retain = heads;
     expect_refused(m, &bad, "given twice");
-    mole_model *other = load(mi == 0 ? "qwen3moe" : "mixtral");
+    mole_model *other = tu_load_fixture(mi == 0 ? "qwen3moe" : "mixtral");
     bad.kv_retain = NULL;
     expect_refused(other, &bad, heads);
     mole_model_free(other);
@@ -590,7 +580,7 @@ static void batched_bounded_equals_alone(void **state) {
 // same logits and scores, bit for bit, as in one run.
 static void h2o_rounds_are_exact(void **state) {
   (void)state;
-  mole_model *m = load("mixtral");
+  mole_model *m = tu_load_fixture("mixtral");
   const int64_t V = m->hp.n_vocab, NP = 200, ND = 6, CH = 96;  // chunks of 96: three attention blocks
   int32_t *t = tokens(NP + ND, V, 31);
   for (int ti = 0; ti < 2; ti++) {
@@ -624,7 +614,7 @@ static void h2o_rounds_are_exact(void **state) {
 // an error naming the file, never a crash (ASan in make test).
 static void hostile_heads_files(void **state) {
   (void)state;
-  mole_model *m = load("mixtral");
+  mole_model *m = tu_load_fixture("mixtral");
   char path[64];
   snprintf(path, sizeof path, "/tmp/mole_test_kv_h_%d.gguf", (int)getpid());
   kv_retain *r = random_heads(m, 8);

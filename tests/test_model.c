@@ -2,7 +2,10 @@
 // unsupported RoPE scaling are clear errors; so are crafted files that once
 // passed the loader and aborted later (a norm declared 2-D, more experts per
 // token than the predictor holds, a RoPE longer than its table, ...); synth
-// models of every architecture load and run; decode equals prefill.
+// models of every architecture load and run; decode equals prefill. The
+// architecture descriptions give each layer its blocks; the routing function
+// does what route.c says; the step API of disaggregated serving gives the
+// forward pass's logits bit for bit.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,8 +13,10 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
+#include "kv/kv.h"
 #include "model/model.h"
 #include "model/ops.h"
+#include "model/route.h"
 #include "model/synth.h"
 #include "mole.h"
 #include "testutil.h"
@@ -339,6 +344,155 @@ static void test_synth_deterministic(void **state) {
   unlink(p2);
 }
 
+// Every layer of each conformance architecture runs the blocks its
+// description names: the attention's q/k norm and biases, a dense or MoE
+// FFN, the routing function, the shared expert.
+static void test_arch_plans(void **state) {
+  (void)state;
+  const struct {
+    const char *model;
+    model_qk_norm qk_norm;
+    bool qkv_bias;
+    model_ffn_kind ffn;
+    bool shexp;
+  } k[] = {
+      {"llama-dense", QK_NORM_NONE, false, FFN_DENSE, false}, {"mixtral", QK_NORM_NONE, false, FFN_MOE, false},
+      {"qwen2moe", QK_NORM_NONE, true, FFN_MOE, true},        {"qwen3moe", QK_NORM_HEAD, false, FFN_MOE, false},
+      {"olmoe", QK_NORM_FULL, false, FFN_MOE, false},
+  };
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+    mole_model *m = tu_load_fixture(k[i].model);
+    for (int64_t il = 0; il < m->hp.n_layer; il++) {
+      const model_layer_plan *p = &m->layers[il].plan;
+      if (p->attn != ATTN_GQA || p->qk_norm != k[i].qk_norm || p->qkv_bias != k[i].qkv_bias || p->ffn != k[i].ffn ||
+          p->shexp != k[i].shexp)
+        fail_msg("%s layer %lld: plan attn %d qk_norm %d qkv_bias %d ffn %d shexp %d", k[i].model, (long long)il, p->attn,
+                 p->qk_norm, p->qkv_bias, p->ffn, p->shexp);
+      if (p->ffn == FFN_MOE) {
+        assert_non_null(p->route);
+        assert_string_equal(p->route->name, "softmax_topk");
+      } else {
+        assert_null(p->route);
+      }
+      // the tensors the blocks read are bound, and only those
+      const model_layer *ly = &m->layers[il];
+      assert_true((ly->q_norm != NULL) == (p->qk_norm != QK_NORM_NONE));
+      assert_true((ly->gate_inp.data != NULL) == (p->ffn == FFN_MOE));
+      assert_true((ly->ffn_gate.data != NULL) == (p->ffn == FFN_DENSE));
+      assert_true((ly->gate_inp_shexp != NULL) == p->shexp);
+    }
+    mole_model_free(m);
+  }
+}
+
+// softmax_topk: softmax over every expert, the k largest in descending
+// order (the lower index on ties), renormalised when norm_topk, then scaled;
+// an unknown name has no routing function.
+static void test_route_softmax_topk(void **state) {
+  (void)state;
+  assert_null(route_find("no-such-routing"));
+  const model_route *r = route_find("softmax_topk");
+  assert_non_null(r);
+  assert_string_equal(r->name, "softmax_topk");
+  const float in[2][5] = {{0.5f, 2.0f, -1.0f, 2.0f, 1.0f}, {-3.0f, -3.0f, 4.0f, -3.0f, 0.0f}};
+  for (int variant = 0; variant < 3; variant++) {
+    model_hparams hp = {.n_expert = 5, .n_expert_used = 3};
+    hp.norm_topk = variant >= 1;
+    hp.expert_weights_scale = variant == 2 ? 2.5f : 0.0f;
+    float logits[2][5];
+    memcpy(logits, in, sizeof logits);
+    int32_t sel[2][3];
+    float w[2][3];
+    r->fn(&hp, NULL, 2, &logits[0][0], &sel[0][0], &w[0][0]);
+    const int32_t want_sel[2][3] = {{1, 3, 4}, {2, 4, 0}};
+    for (int t = 0; t < 2; t++) {
+      double z = 0, p[5];
+      for (int e = 0; e < 5; e++) z += exp((double)in[t][e]);
+      for (int e = 0; e < 5; e++) p[e] = exp((double)in[t][e]) / z;
+      double sum = 0;
+      for (int c = 0; c < 3; c++) sum += p[want_sel[t][c]];
+      for (int c = 0; c < 3; c++) {
+        assert_int_equal(sel[t][c], want_sel[t][c]);
+        double want = p[want_sel[t][c]];
+        if (hp.norm_topk) want /= sum;
+        if (variant == 2) want *= 2.5;
+        if (fabs(w[t][c] - want) > 1e-6 * want)
+          fail_msg("variant %d token %d choice %d: weight %.9g, want %.9g", variant, t, c, w[t][c], want);
+      }
+    }
+  }
+}
+
+// The step API (src/dist/disagg.c's attention side) with the routed experts
+// computed through model_experts_rows (its expert side) in the same process:
+// a prompt and two decode steps give model_forward's logits bit for bit.
+static void test_step_api(void **state) {
+  (void)state;
+  const char *models[] = {"mixtral", "qwen2moe", "qwen3moe", "olmoe", "mixtral-q4_0"};
+  enum { N_PROMPT = 7, N_DEC = 2, N_TOK = N_PROMPT + N_DEC, N_CTX = 32 };
+  for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
+    mole_model *m = tu_load_fixture(models[mi]);
+    const model_hparams *hp = &m->hp;
+    const int64_t V = hp->n_vocab, E = hp->n_embd, K = hp->n_expert_used;
+    int32_t toks[N_TOK];
+    for (int i = 0; i < N_TOK; i++) toks[i] = (int32_t)((i * 37 + 11) % V);
+    float *ref = malloc((size_t)(N_TOK * V) * sizeof(float)), *got = malloc((size_t)(N_TOK * V) * sizeof(float));
+    model_kv *kv;
+    model_scratch *s, *xs;
+    assert_int_equal(kv_new(hp->n_layer, N_CTX, hp->n_head_kv * hp->head_dim, hp->n_head_kv * hp->head_dim_v, QT_F32, &kv),
+                     MOLE_OK);
+    assert_int_equal(model_scratch_new(m, N_PROMPT, N_CTX, &s), MOLE_OK);
+    assert_int_equal(model_scratch_new(m, N_PROMPT * K, N_CTX, &xs), MOLE_OK);
+    // the reference: the whole pass here
+    assert_int_equal(model_forward(m, kv, s, toks, N_PROMPT, 0, ref, true), MOLE_OK);
+    for (int i = N_PROMPT; i < N_TOK; i++) assert_int_equal(model_forward(m, kv, s, toks + i, 1, i, ref + i * V, false), MOLE_OK);
+    // the same in steps, the experts through model_experts_rows
+    kv_reset(kv);
+    float *out = malloc((size_t)(N_PROMPT * K * E) * sizeof(float));
+    const float *xin[N_PROMPT * 8];
+    float *xout[N_PROMPT * 8];
+    int32_t sel[N_PROMPT * 8];
+    float w[N_PROMPT * 8];
+    uint8_t done[N_PROMPT * 8];
+    int64_t idx[N_PROMPT * 8];
+    assert_true(K <= 8);
+    for (int i = 0; i < N_TOK;) {
+      const int64_t n = i == 0 ? N_PROMPT : 1;
+      const model_seg seg = {kv, toks + i, n, i, got + i * V, n > 1};
+      assert_int_equal(model_step_begin(m, s, &seg, 1), MOLE_OK);
+      for (int64_t il = 0; il < hp->n_layer; il++) {
+        model_moe_rows r;
+        model_step_attn(m, s, il, &r);
+        assert_int_equal(r.n, n);
+        assert_int_equal(r.k, K);
+        for (int64_t c = 0; c < n * K; c++) {
+          xin[c] = r.xn + (c / K) * E;
+          sel[c] = r.sel[c];
+          w[c] = r.w[c];
+          xout[c] = out + c * E;
+        }
+        assert_int_equal(model_experts_rows(m, xs, il, n * K, xin, sel, w, xout, done), MOLE_OK);
+        for (int64_t c = 0; c < n * K; c++) idx[c] = done[c] ? c : -1;
+        model_step_ffn_end(m, s, il, out, idx, E);
+      }
+      assert_int_equal(model_step_end(m, s, &seg, 1), MOLE_OK);
+      i += (int)n;
+    }
+    if (memcmp(ref, got, (size_t)(N_TOK * V) * sizeof(float)) != 0) {
+      int64_t i = 0;
+      while (ref[i] == got[i]) i++;
+      fail_msg("%s: logit %lld of the step API %.9g, the forward pass %.9g", models[mi], (long long)i, got[i], ref[i]);
+    }
+    free(out);
+    free(ref);
+    free(got);
+    model_scratch_free(xs);
+    model_scratch_free(s);
+    kv_free(kv);
+    mole_model_free(m);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_models),
@@ -348,6 +502,9 @@ int main(void) {
       cmocka_unit_test(test_crafted_expert_count),
       cmocka_unit_test(test_synth_archs),
       cmocka_unit_test(test_synth_deterministic),
+      cmocka_unit_test(test_arch_plans),
+      cmocka_unit_test(test_route_softmax_topk),
+      cmocka_unit_test(test_step_api),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

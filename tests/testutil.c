@@ -112,3 +112,13 @@ void tu_vectors_free(tu_vector *v, int n) {
   free((void *)v[0].text);  // the .inp buffer
   free(v);
 }
+
+mole_model *tu_load_fixture(const char *name) {
+  char rel[256];
+  snprintf(rel, sizeof rel, "tests/data/conformance/models/%s.gguf", name);
+  mole_model_params mp = mole_model_default_params();
+  mp.n_threads = 2;
+  mole_model *m;
+  if (mole_model_load(tu_path(rel), &mp, &m)) fail_msg("load %s: %s", name, mole_last_error());
+  return m;
+}

@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "mole.h"
+
 // $MOLE_SOURCE_DIR/rel (static buffer per call slot; copy if kept).
 const char *tu_path(const char *rel);
 // Whole file into a malloc'd buffer with a NUL after the end (NULL on
@@ -36,6 +38,9 @@ typedef struct tu_vector {
 } tu_vector;
 int tu_vectors_read(const char *inp_rel, const char *out_rel, tu_vector **out);
 void tu_vectors_free(tu_vector *v, int n);
+
+// A model of tests/data/conformance/models/ (NAME.gguf) with 2 threads; fails the test when it cannot load.
+mole_model *tu_load_fixture(const char *name);
 
 // The trained evaluation model committed in eval-model/ (scripts/train, make eval-model).
 #define EVAL_MODEL_FILE "mole-eval-moe-q8_0.gguf"

@@ -40,7 +40,7 @@ typedef struct experts_config {
   const gguf_file *gguf;  // the model file: the experts are mapped from it or read from it
   int64_t n_layer, n_expert, n_expert_used, n_embd;
   int64_t n_ff_exp;       // every expert's FFN width in the file
-  // this process's share (src/dist): FFN columns [ff0, ff0 + n_ff_local) of
+  // this process's share (src/parallel): FFN columns [ff0, ff0 + n_ff_local) of
   // every expert, and the routed experts [ex0, ex1) it holds
   int64_t ff0, n_ff_local, ex0, ex1;
   // [n_layer][3]: each layer's gate, up and down expert stacks as the loader

@@ -1,12 +1,13 @@
-// Architecture table, hparams from GGUF metadata, and tensor binding with
-// shape/type validation. Every problem is reported with the file and the
-// key or tensor name.
+// Hparams from GGUF metadata, and tensor binding with shape/type validation,
+// as the architecture's description (arch.c) asks. Every problem is reported
+// with the file and the key or tensor name.
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "experts/experts.h"
 #include "experts/store.h"
+#include "model/arch.h"
 #include "model/model.h"
 #include "model/ops.h"
 
@@ -15,33 +16,12 @@
 // expert_count (at most 512); the models out there use 1 to 16.
 enum { MODEL_MAX_EXPERT_USED = 64 };
 
-typedef struct arch_desc {
-  const char *name;
-  model_arch arch;
-  bool rope_neox, norm_topk, qk_norm_head, qk_norm_full, qkv_bias, shexp, needs_experts;
-} arch_desc;
-
-// Router semantics follow llama.cpp's build_moe_ffn calls per architecture:
-// llama (Mixtral) and qwen3moe renormalise the chosen weights, qwen2moe and
-// olmoe use the softmax probabilities as they are.
-static const arch_desc k_archs[] = {
-    {"llama", ARCH_LLAMA, false, true, false, false, false, false, false},
-    {"qwen2moe", ARCH_QWEN2MOE, true, false, false, false, true, true, true},
-    {"qwen3moe", ARCH_QWEN3MOE, true, true, true, false, false, false, true},
-    {"olmoe", ARCH_OLMOE, true, false, false, true, false, false, true},
-};
-
-const char *model_arch_name(model_arch a) {
-  for (size_t i = 0; i < sizeof k_archs / sizeof k_archs[0]; i++)
-    if (k_archs[i].arch == a) return k_archs[i].name;
-  return "?";
-}
-
 typedef struct loader {
   mole_model *m;
   const gguf_file *f;
   const char *path;
   const char *arch;
+  const arch_desc *ad;  // its description
   float *f32_next;  // bump pointer into m->f32_store
   float *f32_end;
 } loader;
@@ -140,11 +120,8 @@ static mole_status load_rope(loader *L, model_hparams *hp) {
 
 static mole_status load_hparams(loader *L, const arch_desc *ad) {
   model_hparams *hp = &L->m->hp;
-  hp->arch = ad->arch;
   hp->rope_neox = ad->rope_neox;
   hp->norm_topk = ad->norm_topk;
-  hp->qk_norm_head = ad->qk_norm_head;
-  hp->qk_norm_full = ad->qk_norm_full;
   const int64_t BIG = (int64_t)1 << 24;
   TRY(get_int(L, "context_length", false, 4096, &hp->n_ctx_train));
   TRY(check_range(L, "context_length", hp->n_ctx_train, 1, INT32_MAX));
@@ -306,9 +283,7 @@ static mole_status bind_layer(loader *L, int64_t il) {
   mole_model *m = L->m;
   const model_hparams *hp = &m->hp;
   model_layer *ly = &m->layers[il];
-  const arch_desc *ad = NULL;
-  for (size_t i = 0; i < sizeof k_archs / sizeof k_archs[0]; i++)
-    if (k_archs[i].arch == hp->arch) ad = &k_archs[i];
+  arch_layer_plan(L->ad, hp, il, &ly->plan);
   int64_t E = hp->n_embd, q_dim = hp->n_head * hp->head_dim, k_dim = hp->n_head_kv * hp->head_dim,
           v_dim = hp->n_head_kv * hp->head_dim_v, o_dim = hp->n_head * hp->head_dim_v;
   char n[128];
@@ -332,24 +307,24 @@ static mole_status bind_layer(loader *L, int64_t il) {
   slice_rows(&ly->wv, sh->kvh0 * hdv, sh->kvh1 * hdv);
   TRY(bind_mat(L, &ly->wo, NAME("attn_output.weight"), true, o_dim, E));
   TRY(slice_cols(L, &ly->wo, n, sh->kvh0 * group * hdv, sh->kvh1 * group * hdv));
-  TRY(bind_vec(L, &ly->bq, NAME("attn_q.bias"), ad->qkv_bias, q_dim));
-  TRY(bind_vec(L, &ly->bk, NAME("attn_k.bias"), ad->qkv_bias, k_dim));
-  TRY(bind_vec(L, &ly->bv, NAME("attn_v.bias"), ad->qkv_bias, v_dim));
+  TRY(bind_vec(L, &ly->bq, NAME("attn_q.bias"), ly->plan.qkv_bias, q_dim));
+  TRY(bind_vec(L, &ly->bk, NAME("attn_k.bias"), ly->plan.qkv_bias, k_dim));
+  TRY(bind_vec(L, &ly->bv, NAME("attn_v.bias"), ly->plan.qkv_bias, v_dim));
   if (ly->bq) ly->bq += sh->kvh0 * group * hd;
   if (ly->bk) ly->bk += sh->kvh0 * hd;
   if (ly->bv) ly->bv += sh->kvh0 * hdv;
   TRY(bind_vec(L, &ly->bo, NAME("attn_output.bias"), false, E));
-  if (hp->qk_norm_head) {
+  if (ly->plan.qk_norm == QK_NORM_HEAD) {
     TRY(bind_vec(L, &ly->q_norm, NAME("attn_q_norm.weight"), true, hp->head_dim));
     TRY(bind_vec(L, &ly->k_norm, NAME("attn_k_norm.weight"), true, hp->head_dim));
-  } else if (hp->qk_norm_full) {  // over the whole projection: this shard's part of the weights
+  } else if (ly->plan.qk_norm == QK_NORM_FULL) {  // over the whole projection: this shard's part of the weights
     TRY(bind_vec(L, &ly->q_norm, NAME("attn_q_norm.weight"), true, q_dim));
     TRY(bind_vec(L, &ly->k_norm, NAME("attn_k_norm.weight"), true, k_dim));
     ly->q_norm += sh->kvh0 * group * hd;
     ly->k_norm += sh->kvh0 * hd;
   }
   TRY(bind_vec(L, &ly->ffn_norm, NAME("ffn_norm.weight"), true, E));
-  if (hp->n_expert == 0) {
+  if (ly->plan.ffn == FFN_DENSE) {
     if (hp->n_ff <= 0) return mole_errorf(MOLE_ERR_NOT_FOUND, "%s: missing '%s.feed_forward_length'", L->path, L->arch);
     TRY(bind_mat(L, &ly->ffn_gate, NAME("ffn_gate.weight"), true, E, hp->n_ff));
     slice_rows(&ly->ffn_gate, sh->ff0, sh->ff1);
@@ -379,7 +354,7 @@ static mole_status bind_layer(loader *L, int64_t il) {
                          "needs one type for both",
                          L->path, (long long)il, quant_type_name(ly->gate_exps.type), quant_type_name(ly->up_exps.type),
                          quant_type_name(ops_vec_type(&ly->gate_exps)), quant_type_name(ops_vec_type(&ly->up_exps)));
-    if (ad->shexp) {
+    if (ly->plan.shexp) {
       int64_t S = hp->n_ff_shexp;
       if (S <= 0)
         return mole_errorf(MOLE_ERR_NOT_FOUND, "%s: missing '%s.expert_shared_feed_forward_length'", L->path, L->arch);
@@ -510,13 +485,12 @@ mole_status model_load(const char *path, const mole_model_params *p, const model
     mole_error_prefix(st, "%s: ", path);
     goto fail;
   }
-  const arch_desc *ad = NULL;
-  for (size_t i = 0; i < sizeof k_archs / sizeof k_archs[0]; i++)
-    if (strcmp(k_archs[i].name, L.arch) == 0) ad = &k_archs[i];
+  const arch_desc *ad = L.ad = arch_find(L.arch);
   if (!ad) {
-    st = mole_errorf(MOLE_ERR_UNSUPPORTED,
-                     "%s: general.architecture '%s' is not supported (supported: llama, qwen2moe, qwen3moe, olmoe)",
-                     path, L.arch);
+    char names[256];
+    arch_list(names, sizeof names);
+    st = mole_errorf(MOLE_ERR_UNSUPPORTED, "%s: general.architecture '%s' is not supported (supported: %s)", path,
+                     L.arch, names);
     goto fail;
   }
   snprintf(m->arch_name, sizeof m->arch_name, "%s", ad->name);

@@ -1,5 +1,7 @@
-// model: architectures (hparams, weights bound to GGUF tensors) and the
-// forward pass. Internal header; the public face is include/mole.h.
+// model: architectures (hparams, weights bound to GGUF tensors, the blocks
+// each layer runs) and the forward pass. Internal header; the public face is
+// include/mole.h. The files: arch.c (the descriptions), load.c (metadata,
+// tensor binding), forward.c (the step loop) over the blocks of blocks.h.
 #ifndef MOLE_MODEL_H
 #define MOLE_MODEL_H
 
@@ -9,10 +11,7 @@
 #include "quant/quant.h"
 #include "quant/quant_matrix.h"
 
-typedef enum { ARCH_LLAMA = 0, ARCH_QWEN2MOE, ARCH_QWEN3MOE, ARCH_OLMOE, ARCH_COUNT } model_arch;
-
 typedef struct model_hparams {
-  model_arch arch;
   int64_t n_vocab;
   int64_t n_ctx_train;
   int64_t n_embd;
@@ -34,14 +33,40 @@ typedef struct model_hparams {
   float expert_weights_scale;  // 0 or 1 = none
   bool rope_neox;         // rotate (x[i], x[i+n_rot/2]) instead of (x[2i], x[2i+1])
   bool norm_topk;         // renormalise the chosen experts' weights to sum 1
-  bool qk_norm_head;      // RMS norm per head on q and k (qwen3moe)
-  bool qk_norm_full;      // RMS norm over the whole q / k projection (olmoe)
 } model_hparams;
+
+// What one layer runs, chosen by its architecture's description (arch.c)
+// when the model loads; the step loop (forward.c) calls the blocks it names
+// and load.c binds the tensors they read.
+typedef enum {
+  ATTN_GQA = 0,  // grouped-query (or multi-head) attention over the KV cache (attn.c)
+  ATTN_COUNT
+} model_attn_kind;
+typedef enum {
+  FFN_DENSE = 0,  // gated MLP, silu(gate) * up -> down (ffn_dense.c)
+  FFN_MOE,        // router -> routing function -> routed experts (+ shared expert) (ffn_moe.c)
+  FFN_COUNT
+} model_ffn_kind;
+typedef enum {
+  QK_NORM_NONE = 0,
+  QK_NORM_HEAD,  // RMS norm of q and k per head (qwen3moe)
+  QK_NORM_FULL   // RMS norm over the whole q / k projection (olmoe)
+} model_qk_norm;
+typedef struct model_route model_route;  // a routing function (route.h)
+typedef struct model_layer_plan {
+  model_attn_kind attn;
+  model_qk_norm qk_norm;     // attention: the q/k norm
+  bool qkv_bias;             // attention: attn_q/k/v.bias required (optional otherwise, used when present)
+  model_ffn_kind ffn;
+  const model_route *route;  // FFN_MOE: the routing function
+  bool shexp;                // FFN_MOE: a shared expert scaled by a sigmoid gate (qwen2moe)
+} model_layer_plan;
 
 // A weight as stored in the file (quant/quant_matrix.h).
 typedef quant_matrix model_tensor;
 
 typedef struct model_layer {
+  model_layer_plan plan;    // its blocks
   const float *attn_norm;   // [n_embd]
   model_tensor wq;          // [n_head*head_dim][n_embd]
   model_tensor wk;          // [n_head_kv*head_dim][n_embd]
@@ -179,7 +204,6 @@ struct mole_model {
   int64_t image_bytes;     // the bytes copied into it
 };
 
-const char *model_arch_name(model_arch a);
 // Loads hparams and binds every tensor, validating names, shapes and types.
 // shard: this process's share (NULL: the whole model).
 mole_status model_load(const char *path, const mole_model_params *p, const model_shard *shard, mole_model **out);
@@ -198,7 +222,7 @@ typedef struct model_kv model_kv;   // KV cache (kv/kv.h)
 mole_status model_scratch_new(const mole_model *m, int64_t n_batch, int64_t n_ctx, model_scratch **out);
 void model_scratch_free(model_scratch *s);
 // The floats one round of h2o sums may take (default H2O_ROUND_FLOATS in
-// forward.c; at least one attention block's are always allowed): tests make
+// blocks.h; at least one attention block's are always allowed): tests make
 // it small to run a pass's attention blocks in several rounds.
 void model_scratch_set_h2o_round(model_scratch *s, int64_t floats);
 // What model_scratch_new allocates for that shape, in bytes.

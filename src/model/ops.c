@@ -213,3 +213,18 @@ void ops_topk(const float *p, int64_t n, int64_t k, int32_t *sel, float *w) {
     w[j] = p[best];
   }
 }
+
+void ops_softmax(float *x, int64_t n, float scale) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; i++) {
+    x[i] *= scale;
+    mx = x[i] > mx ? x[i] : mx;
+  }
+  double sum = 0;
+  for (int64_t i = 0; i < n; i++) {
+    x[i] = expf(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = (float)(1.0 / sum);
+  for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}

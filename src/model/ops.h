@@ -45,6 +45,10 @@ bool ops_have_simd(void);
 // The k largest of p[0..n) in descending order (ties: the lower index):
 // their indices into sel[k] and values into w[k]. k is small (selection).
 void ops_topk(const float *p, int64_t n, int64_t k, int32_t *sel, float *w);
+// x = softmax(x * scale) in place, n elements: the products and their max
+// in float, exp(x - max) with libm's expf summed in double, each times
+// 1/sum rounded to float.
+void ops_softmax(float *x, int64_t n, float scale);
 // Sum of 16 floats in the tree order of _mm512_reduce_add_ps.
 float ops_hsum16(const float *a);
 
