@@ -103,6 +103,7 @@ static void test_format_families(void **st) {
     mole_free(out);
     covered[k_expect[i].t] = true;
   }
+  covered[CHAT_TMPL_GPT_OSS] = true;  // dated prompts: tests/test_chat_harmony.c
   for (int t = 1; t < CHAT_TMPL_COUNT; t++)
     if (!covered[t]) fail_msg("no expected output for %s", chat_template_name((chat_tmpl)t));
 }
@@ -197,6 +198,7 @@ static void test_detect_real_templates(void **st) {
       {"deepseek-r1", CHAT_TMPL_DEEPSEEK3},
       {"olmoe-1b-7b-0924-instruct", CHAT_TMPL_TULU},
       {"zephyr", CHAT_TMPL_ZEPHYR},
+      {"gpt-oss", CHAT_TMPL_GPT_OSS},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     char *tmpl = read_template(cases[i].file);
@@ -260,6 +262,8 @@ static void test_detect_llama_cpp_strings(void **st) {
       {"chatml", CHAT_TMPL_CHATML},
       {"deepseek3", CHAT_TMPL_DEEPSEEK3},
       {"mistral", CHAT_TMPL_LLAMA2},
+      {"harmony", CHAT_TMPL_GPT_OSS},
+      {"gpt-oss", CHAT_TMPL_GPT_OSS},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     chat_tmpl got = chat_template_detect(cases[i].tmpl);
@@ -279,6 +283,7 @@ static void test_names(void **st) {
   assert_int_equal(chat_template_from_name("mistral"), CHAT_TMPL_LLAMA2);
   assert_int_equal(chat_template_from_name("olmoe"), CHAT_TMPL_TULU);
   assert_int_equal(chat_template_from_name("qwen3"), CHAT_TMPL_CHATML);
+  assert_int_equal(chat_template_from_name("harmony"), CHAT_TMPL_GPT_OSS);
   assert_int_equal(chat_template_from_name("gemma"), CHAT_TMPL_UNKNOWN);
   assert_int_equal(chat_template_from_name(NULL), CHAT_TMPL_UNKNOWN);
   assert_string_equal(chat_template_name(CHAT_TMPL_UNKNOWN), "unknown");

@@ -26,6 +26,15 @@
 //                          model's own template writes it bare)
 //   zephyr                 <|role|>\n...<|endoftext|>\n (llama.cpp's zephyr, which ends every
 //                          message with <|endoftext|>, as stablelm-2-zephyr does)
+//   gpt-oss [harmony]      OpenAI's harmony format (gpt-oss-20b/120b): <|start|>role<|message|>...<|end|>,
+//                          assistant turns on channels (<|channel|>analysis / final /
+//                          commentary), a system message with the reasoning effort and the
+//                          knowledge cutoff and date lines, the first system or developer
+//                          message as the developer's "# Instructions", tools as a TypeScript
+//                          namespace, tool calls and results; byte for byte the model's own
+//                          Jinja template (tests/data/chat/gpt-oss.jinja) as transformers and
+//                          @huggingface/jinja render it. Its output is split into reasoning
+//                          (analysis) and content (final) by chat_parser below.
 //   tulu [olmoe]           <|role|>\n...\n with <|endoftext|> after assistant messages only:
 //                          OLMoE-1B-7B-Instruct / Tulu 2. llama.cpp has no such format (its
 //                          detector sends these templates, and real zephyr ones, to glmedge);
@@ -64,6 +73,7 @@ typedef enum chat_tmpl {
   CHAT_TMPL_DEEPSEEK3,
   CHAT_TMPL_ZEPHYR,
   CHAT_TMPL_TULU,
+  CHAT_TMPL_GPT_OSS,
   CHAT_TMPL_COUNT
 } chat_tmpl;
 
@@ -96,5 +106,70 @@ const char *chat_template_list(void);
 // (the message names the index and role). MOLE_ERR_NOMEM.
 mole_status chat_format(chat_tmpl tmpl, const chat_msg *msgs, int64_t n, bool add_assistant_prompt,
                         char **out);
+
+// ---- turns with reasoning and tools ---------------------------------------------
+
+// A turn of a conversation in the OpenAI API's terms. Families other than
+// gpt-oss render role and content only (and refuse developer and tool turns).
+typedef struct chat_turn {
+  const char *role;       // "system", "developer", "user", "assistant" or "tool"
+  const char *content;    // NULL: none (an assistant turn that only calls a tool)
+  const char *reasoning;  // assistant: its reasoning (gpt-oss: analysis channel); NULL: none
+  const char *tool_name;  // assistant: the function it calls (one call per turn); NULL: no call
+  const char *tool_args;  // the call's arguments, JSON text (an object); NULL: {}
+} chat_turn;
+
+typedef struct chat_options {
+  const char *reasoning_effort;  // gpt-oss: "low", "medium" or "high"; NULL: medium
+  const char *date;              // gpt-oss: the "Current date:" line (YYYY-MM-DD); NULL: today, local time
+  const char *model_identity;    // gpt-oss: the system message's first line; NULL: the template's
+  const char *tools;             // the API's "tools": a JSON array of {"type": "function", "function":
+                                 // {"name", "description", "parameters"}}; NULL: none
+} chat_options;
+
+// chat_format for turns (opt may be NULL: the defaults above). gpt-oss, as its
+// template: the first turn, when system or developer, is the developer
+// message; later system/developer turns are dropped; an assistant turn with a
+// tool call keeps its reasoning (or, without one, its content) as an analysis
+// message unless a later assistant turn answers without a call; a tool turn
+// gives the result of the latest call. MOLE_ERR_ARG, naming the turn: a role
+// other than those above, channel markers in an assistant's content or
+// reasoning, a tool turn with no call before it, content and reasoning both in
+// a turn with a tool call, a reasoning effort other than low/medium/high,
+// tool_args or tools that are not the JSON described; and for the other
+// families a developer or tool turn or a tool call.
+mole_status chat_format_turns(chat_tmpl tmpl, const chat_turn *turns, int64_t n, bool add_assistant_prompt,
+                              const chat_options *opt, char **out);
+
+// ---- the model's output, split ------------------------------------------------------
+
+// Whether the family's output carries reasoning that chat_parser separates.
+bool chat_template_has_reasoning(chat_tmpl t);
+
+typedef enum chat_part {
+  CHAT_PART_CONTENT,    // the answer (gpt-oss: final channel, or commentary without a recipient)
+  CHAT_PART_REASONING,  // gpt-oss: analysis channel
+  CHAT_PART_TOOL_NAME,  // a tool call begins: the function's name (gpt-oss: to=functions.NAME), whole
+  CHAT_PART_TOOL_ARGS,  // text of the current call's arguments
+} chat_part;
+
+typedef void (*chat_emit_fn)(void *ud, chat_part part, const char *text, size_t n);
+
+// Splits generated text (special tokens rendered, as tok_piece renders
+// gpt-oss's <|channel|>, <|message|>, <|start|>, <|end|>, <|constrain|>) into
+// parts, incrementally: feed it the text in pieces of any size (a marker may
+// be cut anywhere); text that could still be the start of a marker is held
+// until the next feed or chat_parser_finish. It starts after the prompt's
+// assistant header ("<|start|>assistant"). Malformed output never fails: a
+// header that is not one (no channel, an unknown channel, text that cannot be
+// a header, one longer than 256 bytes, the end of the output) goes to content
+// as the raw text, markers included. Families without reasoning pass
+// everything to content. Fixed size: feeding allocates nothing.
+typedef struct chat_parser chat_parser;
+mole_status chat_parser_new(chat_tmpl t, chat_parser **out);
+void chat_parser_feed(chat_parser *p, const char *text, size_t n, chat_emit_fn emit, void *ud);
+// Releases held text (to content, or to the part it belongs to) at the end of the output.
+void chat_parser_finish(chat_parser *p, chat_emit_fn emit, void *ud);
+void chat_parser_free(chat_parser *p);
 
 #endif
