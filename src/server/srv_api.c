@@ -74,13 +74,54 @@ static char *content_text(const cJSON *c, int64_t i, char *err, size_t cap) {
   return s;
 }
 
+// An assistant message's first tool call: its function's name and arguments (a JSON string, as the API sends it).
+static bool parse_tool_call(const cJSON *m, int64_t i, chat_turn *t, char *err, size_t cap) {
+  const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+  if (!calls || cJSON_IsNull(calls) || (cJSON_IsArray(calls) && !calls->child)) return true;
+  const cJSON *fn = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(calls, 0), "function");
+  const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name"), *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+  if (!cJSON_IsArray(calls) || !cJSON_IsString(name) || (args && !cJSON_IsString(args) && !cJSON_IsObject(args)))
+    return bad(err, cap, "'messages[%lld].tool_calls' must be [{\"function\": {\"name\": string, \"arguments\": string}}]",
+               (long long)i);
+  t->tool_name = name->valuestring;
+  if (cJSON_IsString(args)) {
+    t->tool_args = mole_strdup(args->valuestring);
+  } else if (args) {  // an object, as some clients send it
+    char *a = cJSON_PrintUnformatted(args);
+    t->tool_args = a ? mole_strdup(a) : NULL;
+    cJSON_free(a);
+  }
+  if (args && !t->tool_args) return bad(err, cap, "out of memory");
+  return true;
+}
+
+// The template's options from the request: reasoning_effort (OpenAI's field,
+// or llama-server's chat_template_kwargs) and tools.
+static bool parse_chat_options(const cJSON *root, chat_options *o, char **tools, char *err, size_t cap) {
+  const cJSON *eff = cJSON_GetObjectItemCaseSensitive(root, "reasoning_effort");
+  const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
+  if (!eff && cJSON_IsObject(kw)) eff = cJSON_GetObjectItemCaseSensitive(kw, "reasoning_effort");
+  if (eff && !cJSON_IsNull(eff)) {
+    if (!cJSON_IsString(eff)) return bad(err, cap, "'reasoning_effort' must be a string");
+    o->reasoning_effort = eff->valuestring;
+  }
+  const cJSON *tl = cJSON_GetObjectItemCaseSensitive(root, "tools");
+  if (tl && !cJSON_IsNull(tl)) {
+    if (!cJSON_IsArray(tl)) return bad(err, cap, "'tools' must be an array");
+    if (!(*tools = cJSON_PrintUnformatted(tl))) return bad(err, cap, "out of memory");
+    o->tools = *tools;
+  }
+  return true;
+}
+
 static bool parse_messages(const srv_api_ctx *c, const cJSON *root, char **text, char *err, size_t cap) {
   const cJSON *ms = cJSON_GetObjectItemCaseSensitive(root, "messages");
   if (!cJSON_IsArray(ms) || cJSON_GetArraySize(ms) == 0) return bad(err, cap, "'messages' must be a non-empty array");
   const int64_t n = cJSON_GetArraySize(ms);
   if (n > 4096) return bad(err, cap, "'messages' has %lld entries (at most 4096)", (long long)n);
-  chat_msg *msgs = mole_calloc((size_t)n, sizeof *msgs);
-  if (!msgs) return bad(err, cap, "out of memory");
+  chat_turn *t = mole_calloc((size_t)n, sizeof *t);
+  if (!t) return bad(err, cap, "out of memory");
+  const bool full = c->tmpl == CHAT_TMPL_GPT_OSS;  // the family that renders developer, tool and reasoning turns
   bool ok = true;
   int64_t i = 0;
   const cJSON *m;
@@ -91,25 +132,49 @@ static bool parse_messages(const srv_api_ctx *c, const cJSON *root, char **text,
       break;
     }
     const char *r = role->valuestring;
-    if (!strcmp(r, "developer")) r = "system";  // OpenAI's newer name for it
-    if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
-      ok = bad(err, cap, "'messages[%lld].role' is '%.40s': expected system, developer, user or assistant", (long long)i,
-               role->valuestring);
+    if (!full && !strcmp(r, "developer")) r = "system";  // OpenAI's newer name for it
+    if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "developer") &&
+        (!full || strcmp(r, "tool"))) {
+      ok = bad(err, cap, "'messages[%lld].role' is '%.40s': expected system, developer, user%s or assistant", (long long)i,
+               role->valuestring, full ? ", tool" : "");
       break;
     }
-    if (!ct || !(msgs[i].content = content_text(ct, i, err, cap))) {
+    t[i].role = r;
+    if (full && !strcmp(r, "assistant")) {
+      const cJSON *rc = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
+      if (!rc) rc = cJSON_GetObjectItemCaseSensitive(m, "thinking");
+      if (rc && !cJSON_IsNull(rc) && !cJSON_IsString(rc)) {
+        ok = bad(err, cap, "'messages[%lld].reasoning_content' must be a string", (long long)i);
+        break;
+      }
+      if (cJSON_IsString(rc)) t[i].reasoning = rc->valuestring;
+      if (!(ok = parse_tool_call(m, i, &t[i], err, cap))) break;
+    }
+    const bool may_lack = t[i].tool_name != NULL;  // an assistant turn that only calls a tool
+    if ((!ct || cJSON_IsNull(ct)) && may_lack) {
+      i++;
+      continue;
+    }
+    if (!ct || !(t[i].content = content_text(ct, i, err, cap))) {
       if (!ct) bad(err, cap, "'messages[%lld]' has no 'content'", (long long)i);
       ok = false;
       break;
     }
-    msgs[i++].role = r;
+    i++;
   }
+  chat_options opt = {0};
+  char *tools = NULL;
+  if (ok && full) ok = parse_chat_options(root, &opt, &tools, err, cap);
   if (ok) {
-    mole_status st = chat_format(c->tmpl, msgs, n, true, text);
+    mole_status st = chat_format_turns(c->tmpl, t, n, true, &opt, text);
     if (st) ok = bad(err, cap, "%s", mole_last_error());
   }
-  for (int64_t j = 0; j < n; j++) mole_free((void *)msgs[j].content);
-  mole_free(msgs);
+  for (int64_t j = 0; j < n; j++) {
+    mole_free((void *)t[j].content);
+    mole_free((void *)t[j].tool_args);
+  }
+  cJSON_free(tools);
+  mole_free(t);
   return ok;
 }
 
@@ -227,6 +292,7 @@ srv_req *srv_api_parse(const srv_api_ctx *c, bool chat, const char *body, size_t
   if (seed >= 0) sp.seed = (uint64_t)seed;
   r->sp = sp;
   r->chat = chat;
+  r->split = chat && chat_template_has_reasoning(c->tmpl) ? c->tmpl : CHAT_TMPL_UNKNOWN;
   r->stream = stream;
   r->max_tokens = MOLE_MIN(max_tokens, c->max_tokens);
   r->created = (int64_t)time(NULL);
@@ -346,6 +412,7 @@ char *srv_api_response(const srv_api_ctx *c, const srv_req *r) {
     cJSON *m = cJSON_AddObjectToObject(ch, "message");
     cJSON_AddStringToObject(m, "role", "assistant");
     cJSON_AddStringToObject(m, "content", text);
+    if (r->n_reasoning) cJSON_AddStringToObject(m, "reasoning_content", r->reasoning);
   } else {
     cJSON_AddStringToObject(ch, "text", text);
   }
@@ -369,27 +436,40 @@ static char *sse(cJSON *o) {
   return s;
 }
 
-char *srv_api_chunk(const srv_api_ctx *c, const srv_req *r, size_t from, size_t to, int64_t lp_from, int64_t lp_to,
-                    bool first, const char *finish) {
+// text[from, to) as a new string
+static char *slice(const char *text, size_t from, size_t to) {
+  char *p = mole_malloc(to - from + 1);
+  if (!p) return NULL;
+  if (to > from) memcpy(p, text + from, to - from);
+  p[to - from] = 0;
+  return p;
+}
+
+char *srv_api_chunk(const srv_api_ctx *c, const srv_req *r, const srv_span *sp, bool first, const char *finish) {
+  const size_t from = sp->from, to = sp->to;
+  const int64_t lp_from = sp->lp_from, lp_to = sp->lp_to;
   cJSON *o = head(c, r, r->chat ? "chat.completion.chunk" : "text_completion");
   cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
   cJSON_AddNumberToObject(ch, "index", 0);
-  char *piece = mole_malloc(to - from + 1);
-  if (!piece) {
+  char *piece = slice(r->text, from, to);
+  char *rpiece = sp->rto > sp->rfrom ? slice(r->reasoning, sp->rfrom, sp->rto) : NULL;
+  if (!piece || (sp->rto > sp->rfrom && !rpiece)) {
+    mole_free(piece);
+    mole_free(rpiece);
     cJSON_Delete(o);
     cJSON_Delete(ch);
     return NULL;
   }
-  if (to > from) memcpy(piece, r->text + from, to - from);
-  piece[to - from] = 0;
   if (r->chat) {
     cJSON *d = cJSON_AddObjectToObject(ch, "delta");
     if (first) cJSON_AddStringToObject(d, "role", "assistant");
-    if (to > from || first) cJSON_AddStringToObject(d, "content", piece);
+    if (rpiece) cJSON_AddStringToObject(d, "reasoning_content", rpiece);
+    if (to > from || (first && !rpiece)) cJSON_AddStringToObject(d, "content", piece);
   } else {
     cJSON_AddStringToObject(ch, "text", piece);
   }
   mole_free(piece);
+  mole_free(rpiece);
   if (r->top_logprobs >= 0 && lp_to > lp_from)
     cJSON_AddItemToObject(ch, "logprobs",
                           r->chat ? chat_logprobs(c, r, lp_from, lp_to) : completion_logprobs(c, r, lp_from, lp_to));
