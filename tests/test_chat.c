@@ -103,7 +103,8 @@ static void test_format_families(void **st) {
     mole_free(out);
     covered[k_expect[i].t] = true;
   }
-  covered[CHAT_TMPL_GPT_OSS] = true;  // dated prompts: tests/test_chat_harmony.c
+  // checked against their own templates in tests/test_chat_ref.c (gpt-oss's prompts are dated)
+  covered[CHAT_TMPL_GPT_OSS] = covered[CHAT_TMPL_GLM45] = covered[CHAT_TMPL_GLM47] = true;
   for (int t = 1; t < CHAT_TMPL_COUNT; t++)
     if (!covered[t]) fail_msg("no expected output for %s", chat_template_name((chat_tmpl)t));
 }
@@ -199,6 +200,8 @@ static void test_detect_real_templates(void **st) {
       {"olmoe-1b-7b-0924-instruct", CHAT_TMPL_TULU},
       {"zephyr", CHAT_TMPL_ZEPHYR},
       {"gpt-oss", CHAT_TMPL_GPT_OSS},
+      {"glm-4.6", CHAT_TMPL_GLM45},
+      {"glm-4.7-flash", CHAT_TMPL_GLM47},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     char *tmpl = read_template(cases[i].file);
@@ -264,6 +267,7 @@ static void test_detect_llama_cpp_strings(void **st) {
       {"mistral", CHAT_TMPL_LLAMA2},
       {"harmony", CHAT_TMPL_GPT_OSS},
       {"gpt-oss", CHAT_TMPL_GPT_OSS},
+      {"glm4.7", CHAT_TMPL_GLM47},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     chat_tmpl got = chat_template_detect(cases[i].tmpl);
@@ -284,6 +288,7 @@ static void test_names(void **st) {
   assert_int_equal(chat_template_from_name("olmoe"), CHAT_TMPL_TULU);
   assert_int_equal(chat_template_from_name("qwen3"), CHAT_TMPL_CHATML);
   assert_int_equal(chat_template_from_name("harmony"), CHAT_TMPL_GPT_OSS);
+  assert_int_equal(chat_template_from_name("glm4.6"), CHAT_TMPL_GLM45);
   assert_int_equal(chat_template_from_name("gemma"), CHAT_TMPL_UNKNOWN);
   assert_int_equal(chat_template_from_name(NULL), CHAT_TMPL_UNKNOWN);
   assert_string_equal(chat_template_name(CHAT_TMPL_UNKNOWN), "unknown");

@@ -227,8 +227,28 @@ static void test_harmony(void **st) {
     if (r) fail_msg("accepted: %s", bads[i].body);
     if (!strstr(err, bads[i].needle)) fail_msg("%s: message '%s' lacks '%s'", bads[i].body, err, bads[i].needle);
   }
-  // other templates: no split, tool turns refused
-  c.tmpl = CHAT_TMPL_CHATML;
+  // GLM-4.7: the prompt ends inside <think>, history reasoning reaches the prompt, thinking can be turned off
+  c.tmpl = CHAT_TMPL_GLM47;
+  const char *glm = "{\"messages\":[{\"role\":\"user\",\"content\":\"Q\"},{\"role\":\"assistant\",\"content\":\"A\","
+                    "\"reasoning_content\":\"R\"}]}";
+  r = srv_api_parse(&c, true, glm, strlen(glm), err, sizeof err);
+  if (!r) fail_msg("%s", err);
+  assert_int_equal(r->split, CHAT_TMPL_GLM47);
+  assert_true(r->split_thinking);
+  assert_int_equal(tok_decode(g_voc, r->prompt, r->n_prompt, TOK_DECODE_STRIP_SPACE, &prompt, &pn), MOLE_OK);
+  assert_non_null(strstr(prompt, "<|assistant|><think>R</think>A<|assistant|><think>"));
+  mole_free(prompt);
+  srv_req_release(r);
+  const char *off = "{\"messages\":[{\"role\":\"user\",\"content\":\"Q\"}],\"chat_template_kwargs\":{\"enable_thinking\":false}}";
+  r = srv_api_parse(&c, true, off, strlen(off), err, sizeof err);
+  if (!r) fail_msg("%s", err);
+  assert_false(r->split_thinking);
+  srv_req_release(r);
+  const char *badkw = "{\"messages\":[{\"role\":\"user\",\"content\":\"Q\"}],\"chat_template_kwargs\":{\"enable_thinking\":1}}";
+  assert_null(srv_api_parse(&c, true, badkw, strlen(badkw), err, sizeof err));
+  assert_non_null(strstr(err, "'enable_thinking'"));
+  // templates without reasoning: no split, tool turns refused
+  c.tmpl = CHAT_TMPL_LLAMA3;
   const char *plain = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
   r = srv_api_parse(&c, true, plain, strlen(plain), err, sizeof err);
   assert_non_null(r);

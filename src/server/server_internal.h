@@ -43,8 +43,9 @@ typedef struct srv_req {
   int64_t n_stops;
   int32_t top_logprobs;  // -1: no logprobs; else 0..SRV_MAX_TOP_LOGPROBS alternatives
   bool include_usage;    // stream: a last chunk with the usage (stream_options)
-  chat_tmpl split;       // chat with a reasoning template (gpt-oss): its output split by chat_parser;
+  chat_tmpl split;       // chat with a reasoning template: its output split by chat_parser;
                          // CHAT_TMPL_UNKNOWN: all of it is content
+  bool split_thinking;   // the prompt ends inside <think>: the output starts as reasoning
   char id[48];
   int64_t created;       // unix seconds
   // ---- output: under mu ----

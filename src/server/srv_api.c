@@ -96,7 +96,8 @@ static bool parse_tool_call(const cJSON *m, int64_t i, chat_turn *t, char *err, 
 }
 
 // The template's options from the request: reasoning_effort (OpenAI's field,
-// or llama-server's chat_template_kwargs) and tools.
+// or llama-server's chat_template_kwargs), enable_thinking (chat_template_kwargs)
+// and tools.
 static bool parse_chat_options(const cJSON *root, chat_options *o, char **tools, char *err, size_t cap) {
   const cJSON *eff = cJSON_GetObjectItemCaseSensitive(root, "reasoning_effort");
   const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
@@ -104,6 +105,11 @@ static bool parse_chat_options(const cJSON *root, chat_options *o, char **tools,
   if (eff && !cJSON_IsNull(eff)) {
     if (!cJSON_IsString(eff)) return bad(err, cap, "'reasoning_effort' must be a string");
     o->reasoning_effort = eff->valuestring;
+  }
+  if (cJSON_IsObject(kw)) {
+    bool think = true;
+    if (!get_bool(kw, "enable_thinking", &think, err, cap)) return false;
+    o->no_thinking = !think;
   }
   const cJSON *tl = cJSON_GetObjectItemCaseSensitive(root, "tools");
   if (tl && !cJSON_IsNull(tl)) {
@@ -121,7 +127,8 @@ static bool parse_messages(const srv_api_ctx *c, const cJSON *root, char **text,
   if (n > 4096) return bad(err, cap, "'messages' has %lld entries (at most 4096)", (long long)n);
   chat_turn *t = mole_calloc((size_t)n, sizeof *t);
   if (!t) return bad(err, cap, "out of memory");
-  const bool full = c->tmpl == CHAT_TMPL_GPT_OSS;  // the family that renders developer, tool and reasoning turns
+  const bool full = c->tmpl == CHAT_TMPL_GPT_OSS;  // the family that renders developer and tool turns
+  const bool reasoning = chat_template_has_reasoning(c->tmpl);
   bool ok = true;
   int64_t i = 0;
   const cJSON *m;
@@ -140,7 +147,7 @@ static bool parse_messages(const srv_api_ctx *c, const cJSON *root, char **text,
       break;
     }
     t[i].role = r;
-    if (full && !strcmp(r, "assistant")) {
+    if (reasoning && !strcmp(r, "assistant")) {
       const cJSON *rc = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
       if (!rc) rc = cJSON_GetObjectItemCaseSensitive(m, "thinking");
       if (rc && !cJSON_IsNull(rc) && !cJSON_IsString(rc)) {
@@ -148,7 +155,7 @@ static bool parse_messages(const srv_api_ctx *c, const cJSON *root, char **text,
         break;
       }
       if (cJSON_IsString(rc)) t[i].reasoning = rc->valuestring;
-      if (!(ok = parse_tool_call(m, i, &t[i], err, cap))) break;
+      if (full && !(ok = parse_tool_call(m, i, &t[i], err, cap))) break;
     }
     const bool may_lack = t[i].tool_name != NULL;  // an assistant turn that only calls a tool
     if ((!ct || cJSON_IsNull(ct)) && may_lack) {
@@ -164,7 +171,7 @@ static bool parse_messages(const srv_api_ctx *c, const cJSON *root, char **text,
   }
   chat_options opt = {0};
   char *tools = NULL;
-  if (ok && full) ok = parse_chat_options(root, &opt, &tools, err, cap);
+  if (ok) ok = parse_chat_options(root, &opt, &tools, err, cap);
   if (ok) {
     mole_status st = chat_format_turns(c->tmpl, t, n, true, &opt, text);
     if (st) ok = bad(err, cap, "%s", mole_last_error());
@@ -265,7 +272,10 @@ srv_req *srv_api_parse(const srv_api_ctx *c, bool chat, const char *body, size_t
     r->include_usage = inc;
   }
   if (ok) ok = chat ? parse_messages(c, root, &text, err, cap) : parse_prompt(c, root, r, &text, err, cap);
+  bool thinking = false;  // the prompt ends inside <think>
   if (ok && text) {
+    const size_t tl = strlen(text);
+    thinking = (tl >= 7 && !strcmp(text + tl - 7, "<think>")) || (tl >= 8 && !strcmp(text + tl - 8, "<think>\n"));
     int32_t *ids;
     int64_t ni;
     mole_status st = tok_encode(c->voc, text, strlen(text), true, true, &ids, &ni);
@@ -293,6 +303,7 @@ srv_req *srv_api_parse(const srv_api_ctx *c, bool chat, const char *body, size_t
   r->sp = sp;
   r->chat = chat;
   r->split = chat && chat_template_has_reasoning(c->tmpl) ? c->tmpl : CHAT_TMPL_UNKNOWN;
+  r->split_thinking = r->split != CHAT_TMPL_UNKNOWN && thinking;
   r->stream = stream;
   r->max_tokens = MOLE_MIN(max_tokens, c->max_tokens);
   r->created = (int64_t)time(NULL);

@@ -215,6 +215,7 @@ static void slot_start(srv_engine *e, srv_req *r) {
     slot_end(e, best, NULL, 400, mole_last_error());
     return;
   }
+  if (best->parser && r->split_thinking) chat_parser_in_thinking(best->parser);
   for (int64_t i = 0; i < r->n_prompt; i++) sampler_accept(best->smp, r->prompt[i]);  // penalties see the prompt
   best->st = SLOT_PREFILL;
   pthread_mutex_lock(&e->mu);

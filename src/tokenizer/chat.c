@@ -25,6 +25,8 @@ static const char *const chat_canonical[CHAT_TMPL_COUNT] = {
     [CHAT_TMPL_ZEPHYR] = "zephyr",
     [CHAT_TMPL_TULU] = "tulu",
     [CHAT_TMPL_GPT_OSS] = "gpt-oss",
+    [CHAT_TMPL_GLM45] = "glm4.5",
+    [CHAT_TMPL_GLM47] = "glm4.7",
 };
 
 static const struct {
@@ -36,6 +38,7 @@ static const struct {
     {"qwen3", CHAT_TMPL_CHATML},
     {"olmoe", CHAT_TMPL_TULU},
     {"harmony", CHAT_TMPL_GPT_OSS},
+    {"glm4.6", CHAT_TMPL_GLM45},
 };
 
 chat_tmpl chat_template_from_name(const char *name) {
@@ -55,7 +58,7 @@ const char *chat_template_name(chat_tmpl t) {
 const char *chat_template_list(void) {
   return "chatml, llama2 (alias mistral), llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1, "
          "mistral-v3, mistral-v3-tekken, mistral-v7, mistral-v7-tekken, llama3, deepseek, deepseek2, "
-         "deepseek3, zephyr, tulu (alias olmoe), gpt-oss (alias harmony)";
+         "deepseek3, zephyr, tulu (alias olmoe), gpt-oss (alias harmony), glm4.5 (alias glm4.6), glm4.7";
 }
 
 // ---- detection ------------------------------------------------------------
@@ -110,7 +113,10 @@ chat_tmpl chat_template_detect(const char *tmpl) {
   }
   if (strncmp(tmpl, "mistral", 7) == 0 || chat_has(tmpl, "[INST]")) return chat_detect_inst(tmpl);
   if (chat_has(tmpl, "<|assistant|>") && chat_has(tmpl, "<|end|>")) return CHAT_TMPL_UNKNOWN;  // phi-3
-  if (chat_has(tmpl, "[gMASK]<sop>")) return CHAT_TMPL_UNKNOWN;                                // chatglm4
+  if (chat_has(tmpl, "[gMASK]<sop>")) {  // llama.cpp's chatglm4; GLM-4.5+ think and call tools
+    if (!chat_has(tmpl, "<think>") || !chat_has(tmpl, "<|observation|>")) return CHAT_TMPL_UNKNOWN;  // GLM-4
+    return chat_has(tmpl, "else '<think>'") ? CHAT_TMPL_GLM47 : CHAT_TMPL_GLM45;
+  }
   if (chat_has(tmpl, "<|assistant|>") && chat_has(tmpl, "<|user|>")) {
     if (chat_has(tmpl, "</s>")) return CHAT_TMPL_UNKNOWN;  // falcon 3
     return chat_detect_user_assistant(tmpl);
@@ -335,6 +341,8 @@ static void chat_render(chat_buf *b, chat_tmpl t, const chat_msg *m, const chat_
       if (add_ass) chat_put(b, "<|assistant|>\n");
       break;
     case CHAT_TMPL_GPT_OSS:  // chat_harmony_render
+    case CHAT_TMPL_GLM45:    // chat_glm_render
+    case CHAT_TMPL_GLM47:
     case CHAT_TMPL_UNKNOWN:
     case CHAT_TMPL_COUNT:
       MOLE_ASSERT(!"chat_render: not a llama.cpp format");
@@ -365,7 +373,7 @@ mole_status chat_format_turns(chat_tmpl tmpl, const chat_turn *turns, int64_t n,
   mole_status st = chat_check_family(tmpl);
   if (st != MOLE_OK) return st;
   if (n < 0 || (n > 0 && !turns)) return mole_errorf(MOLE_ERR_ARG, "chat: bad message count %lld", (long long)n);
-  const bool harmony = tmpl == CHAT_TMPL_GPT_OSS;
+  const bool harmony = tmpl == CHAT_TMPL_GPT_OSS, glm = tmpl == CHAT_TMPL_GLM45 || tmpl == CHAT_TMPL_GLM47;
   static const char *const roles[] = {"system", "user", "assistant", "developer", "tool"};
   for (int64_t i = 0; i < n; i++) {
     const char *role = turns[i].role;
@@ -376,14 +384,17 @@ mole_status chat_format_turns(chat_tmpl tmpl, const chat_turn *turns, int64_t n,
       return mole_errorf(MOLE_ERR_ARG, "chat: message %lld has role \"%.64s\"; %s takes %s", (long long)i, role,
                          chat_template_name(tmpl),
                          harmony ? "system, developer, user, assistant or tool" : "system, user or assistant");
-    if (!harmony && (!turns[i].content || turns[i].tool_name))
-      return mole_errorf(MOLE_ERR_ARG, "chat: message %lld: %s", (long long)i,
-                         turns[i].tool_name ? "a tool call, which only gpt-oss renders" : "no content");
+    if (!harmony && !glm && !turns[i].content)
+      return mole_errorf(MOLE_ERR_ARG, "chat: message %lld: no content", (long long)i);
+    if (!harmony && turns[i].tool_name)
+      return mole_errorf(MOLE_ERR_ARG, "chat: message %lld: a tool call, which only gpt-oss renders", (long long)i);
   }
   chat_buf b = {0};
   chat_put(&b, "");  // an empty conversation still gives a string
   if (harmony) {
     st = chat_harmony_render(&b, turns, n, add_assistant_prompt, opt);
+  } else if (glm) {
+    st = chat_glm_render(&b, tmpl == CHAT_TMPL_GLM47, turns, n, add_assistant_prompt, opt);
   } else {
     chat_msg *m = mole_malloc((size_t)(n > 0 ? n : 1) * sizeof *m);
     chat_role *r = mole_malloc((size_t)(n > 0 ? n : 1) * sizeof *r);

@@ -23,7 +23,14 @@
 //   deepseek2              deepseek-llm, DeepSeek-MoE, DeepSeek-V2: "User: ...\n\nAssistant: ..."
 //   deepseek3              DeepSeek-V3/R1: <｜User｜>...<｜Assistant｜>...<｜end▁of▁sentence｜>
 //                          (as in llama.cpp, the system text is followed by "\n\n"; the
-//                          model's own template writes it bare)
+//                          model's own template writes it bare); R1's <think> output is
+//                          split by chat_parser
+//   glm4.5 [glm4.6]        GLM-4.5/4.6: [gMASK]<sop><|system|>\n...<|user|>\n...<|assistant|>
+//                          \n<think>...</think>\nanswer, as the model's template renders it
+//                          (reasoning kept after the last user message only; /nothink and an
+//                          empty <think></think> with thinking off)
+//   glm4.7                 GLM-4.7: the same without the newlines; the prompt ends inside
+//                          <think> (</think> with thinking off)
 //   zephyr                 <|role|>\n...<|endoftext|>\n (llama.cpp's zephyr, which ends every
 //                          message with <|endoftext|>, as stablelm-2-zephyr does)
 //   gpt-oss [harmony]      OpenAI's harmony format (gpt-oss-20b/120b): <|start|>role<|message|>...<|end|>,
@@ -74,6 +81,8 @@ typedef enum chat_tmpl {
   CHAT_TMPL_ZEPHYR,
   CHAT_TMPL_TULU,
   CHAT_TMPL_GPT_OSS,
+  CHAT_TMPL_GLM45,
+  CHAT_TMPL_GLM47,
   CHAT_TMPL_COUNT
 } chat_tmpl;
 
@@ -125,6 +134,7 @@ typedef struct chat_options {
   const char *model_identity;    // gpt-oss: the system message's first line; NULL: the template's
   const char *tools;             // the API's "tools": a JSON array of {"type": "function", "function":
                                  // {"name", "description", "parameters"}}; NULL: none
+  bool no_thinking;              // GLM: the template's enable_thinking = false
 } chat_options;
 
 // chat_format for turns (opt may be NULL: the defaults above). gpt-oss, as its
@@ -143,7 +153,9 @@ mole_status chat_format_turns(chat_tmpl tmpl, const chat_turn *turns, int64_t n,
 
 // ---- the model's output, split ------------------------------------------------------
 
-// Whether the family's output carries reasoning that chat_parser separates.
+// Whether the family's output carries reasoning that chat_parser separates:
+// gpt-oss (harmony channels), and <think>...</think> for deepseek3, glm4.5,
+// glm4.7 and chatml (Qwen3, QwQ).
 bool chat_template_has_reasoning(chat_tmpl t);
 
 typedef enum chat_part {
@@ -168,6 +180,9 @@ typedef void (*chat_emit_fn)(void *ud, chat_part part, const char *text, size_t 
 typedef struct chat_parser chat_parser;
 mole_status chat_parser_new(chat_tmpl t, chat_parser **out);
 void chat_parser_feed(chat_parser *p, const char *text, size_t n, chat_emit_fn emit, void *ud);
+// The prompt ended inside the thinking (it ends with "<think>" or "<think>\n",
+// as GLM-4.7's does): the output starts as reasoning. Call before feeding.
+void chat_parser_in_thinking(chat_parser *p);
 // Releases held text (to content, or to the part it belongs to) at the end of the output.
 void chat_parser_finish(chat_parser *p, chat_emit_fn emit, void *ud);
 void chat_parser_free(chat_parser *p);

@@ -28,4 +28,7 @@ void chat_put_json_str(chat_buf *b, const char *s, size_t n);
 // gpt-oss (harmony): renders turns [n] as the model's Jinja template does.
 mole_status chat_harmony_render(chat_buf *b, const chat_turn *t, int64_t n, bool add_ass, const chat_options *opt);
 
+// GLM-4.5/4.6 (v47 false) or GLM-4.7: renders turns [n] (system, user, assistant) as their templates do.
+mole_status chat_glm_render(chat_buf *b, bool v47, const chat_turn *t, int64_t n, bool add_ass, const chat_options *opt);
+
 #endif

@@ -9,13 +9,24 @@
 // <|return|> or <|call|> (end-of-generation tokens: the output stops there).
 // Bodies go to reasoning (analysis), content (final, and commentary for
 // nobody: a preamble) or a tool call (commentary to a recipient).
+//
+// Thinking models (DeepSeek-R1/V3.1, GLM-4.5+, Qwen3): "<think>reasoning</think>answer".
+// The output may open with <think> (after whitespace), or start inside the
+// thinking when the prompt ended with <think> (chat_parser_in_thinking).
+// As llama.cpp does, the reasoning is trimmed and the answer after
+// </think> loses its leading whitespace; output without <think> is content as
+// it is.
 #include <string.h>
 
 #include "tokenizer/chat_internal.h"
 
-enum { HEAD_MAX = 256, RUN_MAX = 256 };
+enum { HEAD_MAX = 256, RUN_MAX = 256, WS_MAX = 64 };
 
-typedef enum { ST_HEADER, ST_BODY, ST_AFTER } parse_state;
+typedef enum { MODE_PASS, MODE_HARMONY, MODE_THINK } parse_mode;
+
+// harmony: in a header, a body, after a message's end; thinking: before
+// anything but whitespace, in the reasoning, in the answer
+typedef enum { ST_HEADER, ST_BODY, ST_AFTER, ST_OPEN, ST_THINK, ST_ANSWER } parse_state;
 
 typedef enum {
   MK_START,
@@ -25,17 +36,24 @@ typedef enum {
   MK_CONSTRAIN,
   MK_RETURN,
   MK_CALL,
+  MK_THINK,
+  MK_THINK_END,
   MK_COUNT,
 } marker;
 
 static const char *const k_markers[MK_COUNT] = {
     "<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>", "<|return|>", "<|call|>",
+    "<think>",   "</think>",
 };
 enum { MARKER_MAX = 13 };  // the longest, <|constrain|>
 
 struct chat_parser {
-  bool harmony;
+  parse_mode mode;
+  marker mk_first, mk_end;  // the mode's markers: [mk_first, mk_end)
   parse_state st;
+  bool started;             // thinking: a non-space byte of this part came already
+  char ws[WS_MAX];          // thinking: whitespace held (trimmed if the reasoning ends here)
+  size_t n_ws;
   chat_part body;           // the part the current body goes to
   char hold[MARKER_MAX];    // the start of what may be a marker
   size_t n_hold;
@@ -43,17 +61,35 @@ struct chat_parser {
   size_t n_head;
 };
 
-bool chat_template_has_reasoning(chat_tmpl t) { return t == CHAT_TMPL_GPT_OSS; }
+static parse_mode mode_of(chat_tmpl t) {
+  switch (t) {
+    case CHAT_TMPL_GPT_OSS: return MODE_HARMONY;
+    case CHAT_TMPL_CHATML:     // Qwen3, QwQ
+    case CHAT_TMPL_DEEPSEEK3:  // DeepSeek-R1
+    case CHAT_TMPL_GLM45:
+    case CHAT_TMPL_GLM47:
+      return MODE_THINK;
+    default: return MODE_PASS;
+  }
+}
+
+bool chat_template_has_reasoning(chat_tmpl t) { return mode_of(t) != MODE_PASS; }
 
 mole_status chat_parser_new(chat_tmpl t, chat_parser **out) {
   *out = NULL;
   chat_parser *p = mole_calloc(1, sizeof *p);
   if (!p) return mole_errorf(MOLE_ERR_NOMEM, "chat: out of memory");
-  p->harmony = t == CHAT_TMPL_GPT_OSS;
-  p->st = ST_HEADER;
+  p->mode = mode_of(t);
+  p->mk_first = p->mode == MODE_THINK ? MK_THINK : MK_START;
+  p->mk_end = p->mode == MODE_THINK ? MK_COUNT : MK_THINK;
+  p->st = p->mode == MODE_THINK ? ST_OPEN : ST_HEADER;
   p->body = CHAT_PART_CONTENT;
   *out = p;
   return MOLE_OK;
+}
+
+void chat_parser_in_thinking(chat_parser *p) {
+  if (p->mode == MODE_THINK && p->st == ST_OPEN && p->n_ws == 0 && p->n_hold == 0) p->st = ST_THINK;
 }
 
 void chat_parser_free(chat_parser *p) { mole_free(p); }
@@ -162,7 +198,66 @@ static void head_done(chat_parser *p, run *r) {
   p->body = part;
 }
 
+// ---- thinking ----
+
+static void ws_flush(chat_parser *p, run *r, chat_part part) {
+  run_put(r, part, p->ws, p->n_ws);
+  p->n_ws = 0;
+}
+
+static void think_text(chat_parser *p, run *r, char c) {
+  const bool space = c == ' ' || c == '\n' || c == '\t' || c == '\r';
+  switch (p->st) {
+    case ST_OPEN:  // whitespace is held until <think> drops it or text keeps it
+      if (space && p->n_ws < WS_MAX) {
+        p->ws[p->n_ws++] = c;
+        return;
+      }
+      ws_flush(p, r, CHAT_PART_CONTENT);
+      p->st = ST_ANSWER;
+      p->started = true;
+      run_put(r, CHAT_PART_CONTENT, &c, 1);
+      return;
+    case ST_THINK:  // leading whitespace dropped, trailing held until more text
+      if (!p->started && space) return;
+      p->started = true;
+      if (space) {
+        if (p->n_ws == WS_MAX) ws_flush(p, r, CHAT_PART_REASONING);
+        p->ws[p->n_ws++] = c;
+        return;
+      }
+      ws_flush(p, r, CHAT_PART_REASONING);
+      run_put(r, CHAT_PART_REASONING, &c, 1);
+      return;
+    default:  // the answer, its leading whitespace dropped
+      if (!p->started && space) return;
+      p->started = true;
+      run_put(r, CHAT_PART_CONTENT, &c, 1);
+      return;
+  }
+}
+
+static void think_marker(chat_parser *p, run *r, marker m) {
+  if (p->st == ST_OPEN && m == MK_THINK) {
+    p->n_ws = 0;
+    p->st = ST_THINK;
+    p->started = false;
+  } else if (p->st == ST_THINK && m == MK_THINK_END) {
+    p->n_ws = 0;
+    p->st = ST_ANSWER;
+    p->started = false;
+  } else {  // out of place: text
+    for (const char *t = k_markers[m]; *t; t++) think_text(p, r, *t);
+  }
+}
+
+// ---- harmony ----
+
 static void on_marker(chat_parser *p, run *r, marker m) {
+  if (p->mode == MODE_THINK) {
+    think_marker(p, r, m);
+    return;
+  }
   const char *text = k_markers[m];
   switch (p->st) {
     case ST_HEADER:
@@ -190,10 +285,16 @@ static void on_marker(chat_parser *p, run *r, marker m) {
         run_put(r, p->st == ST_BODY ? p->body : CHAT_PART_CONTENT, text, strlen(text));
       }
       break;
+    default:
+      MOLE_ASSERT(!"harmony: a thinking state");
   }
 }
 
 static void on_text(chat_parser *p, run *r, char c) {
+  if (p->mode == MODE_THINK) {
+    think_text(p, r, c);
+    return;
+  }
   switch (p->st) {
     case ST_HEADER:
       if (head_char_ok(c)) head_add(p, r, &c, 1);
@@ -207,6 +308,8 @@ static void on_text(chat_parser *p, run *r, char c) {
     case ST_BODY:
       run_put(r, p->body, &c, 1);
       break;
+    default:
+      MOLE_ASSERT(!"harmony: a thinking state");
   }
 }
 
@@ -218,7 +321,7 @@ static void step(chat_parser *p, run *r, char c) {
   }
   p->hold[p->n_hold++] = c;
   bool prefix = false;
-  for (int m = 0; m < MK_COUNT; m++) {
+  for (int m = (int)p->mk_first; m < (int)p->mk_end; m++) {
     const size_t ml = strlen(k_markers[m]);
     if (p->n_hold > ml || memcmp(k_markers[m], p->hold, p->n_hold)) continue;
     if (p->n_hold == ml) {
@@ -239,7 +342,7 @@ static void step(chat_parser *p, run *r, char c) {
 }
 
 void chat_parser_feed(chat_parser *p, const char *text, size_t n, chat_emit_fn emit, void *ud) {
-  if (!p->harmony) {
+  if (p->mode == MODE_PASS) {
     if (n) emit(ud, CHAT_PART_CONTENT, text, n);
     return;
   }
@@ -249,7 +352,7 @@ void chat_parser_feed(chat_parser *p, const char *text, size_t n, chat_emit_fn e
 }
 
 void chat_parser_finish(chat_parser *p, chat_emit_fn emit, void *ud) {
-  if (!p->harmony) return;
+  if (p->mode == MODE_PASS) return;
   run r = {.emit = emit, .ud = ud, .part = CHAT_PART_CONTENT};
   char held[MARKER_MAX];
   const size_t nh = p->n_hold;
@@ -258,5 +361,7 @@ void chat_parser_finish(chat_parser *p, chat_emit_fn emit, void *ud) {
   for (size_t i = 0; i < nh; i++) on_text(p, &r, held[i]);  // no marker can complete now
   if (p->st == ST_HEADER && p->n_head) run_put(&r, CHAT_PART_CONTENT, p->head, p->n_head);
   head_clear(p);
+  if (p->st == ST_OPEN) ws_flush(p, &r, CHAT_PART_CONTENT);  // whitespace only: as it is
+  p->n_ws = 0;                                               // the reasoning's trailing whitespace: trimmed
   run_flush(&r);
 }

@@ -1,11 +1,11 @@
-// The reference prompts of tests/data/chat/harmony_cases.json: each case's
-// conversation rendered with gpt-oss's own template (tests/data/chat/gpt-oss.jinja)
-// by @huggingface/jinja, as transformers.js's apply_chat_template renders it
-// (messages, tools, add_generation_prompt, the special tokens, and the case's
-// reasoning_effort / model_identity as template arguments), with today's date
-// fixed to 2025-01-02. Writes a JSON array of the prompts to OUT.
+// Reference prompts: each case file's conversations rendered with a model's
+// own template by @huggingface/jinja, as transformers.js's apply_chat_template
+// renders them (messages, tools, add_generation_prompt, the special tokens, and
+// the case's reasoning_effort / model_identity / enable_thinking = false as
+// template arguments), with today's date fixed to 2025-01-02. Writes a JSON
+// array of the prompts per template into OUTDIR (the names of SETS below).
 //
-//   node chat_ref.mjs OUT.json
+//   node chat_ref.mjs OUTDIR
 import fs from "node:fs";
 import path from "node:path";
 
@@ -18,23 +18,31 @@ globalThis.Date = class extends RealDate {
 const { Template } = await import("@huggingface/jinja");
 
 const src = process.env.MOLE_SOURCE_DIR ?? path.join(path.dirname(new URL(import.meta.url).pathname), "../..");
+const dir = path.join(src, "tests/data/chat");
+// [template, cases, output, the message field a reasoning goes to]
+const SETS = [
+  ["gpt-oss.jinja", "harmony_cases.json", "harmony_expected.json", "thinking"],
+  ["glm-4.6.jinja", "think_cases.json", "glm-4.6_expected.json", "reasoning_content"],
+  ["glm-4.7-flash.jinja", "think_cases.json", "glm-4.7-flash_expected.json", "reasoning_content"],
+];
 const out = process.argv[2];
-const cases = JSON.parse(fs.readFileSync(path.join(src, "tests/data/chat/harmony_cases.json"), "utf8"));
-const tmpl = new Template(fs.readFileSync(path.join(src, "tests/data/chat/gpt-oss.jinja"), "utf8"));
-
-const prompts = cases.map((c) => {
-  const messages = c.messages.map((m) => {
-    const o = { role: m.role };
-    if ("content" in m) o.content = m.content;
-    if ("reasoning" in m) o.thinking = m.reasoning;
-    if (m.tool_call) o.tool_calls = [{ type: "function", function: m.tool_call }];
-    return o;
+for (const [tname, cname, oname, rfield] of SETS) {
+  const cases = JSON.parse(fs.readFileSync(path.join(dir, cname), "utf8"));
+  const tmpl = new Template(fs.readFileSync(path.join(dir, tname), "utf8"));
+  const prompts = cases.map((c) => {
+    const messages = c.messages.map((m) => {
+      const o = { role: m.role };
+      if ("content" in m) o.content = m.content;
+      if ("reasoning" in m) o[rfield] = m.reasoning;
+      if (m.tool_call) o.tool_calls = [{ type: "function", function: m.tool_call }];
+      return o;
+    });
+    const kw = { messages, add_generation_prompt: c.add_generation_prompt, tools: c.tools ?? null };
+    if (c.reasoning_effort) kw.reasoning_effort = c.reasoning_effort;
+    if (c.model_identity) kw.model_identity = c.model_identity;
+    if (c.no_thinking) kw.enable_thinking = false;
+    return tmpl.render(kw);
   });
-  const kw = { messages, add_generation_prompt: c.add_generation_prompt, tools: c.tools ?? null,
-               bos_token: "<|startoftext|>", eos_token: "<|return|>", pad_token: "<|endoftext|>" };
-  if (c.reasoning_effort) kw.reasoning_effort = c.reasoning_effort;
-  if (c.model_identity) kw.model_identity = c.model_identity;
-  return tmpl.render(kw);
-});
-fs.writeFileSync(out, JSON.stringify(prompts, null, 1) + "\n");
-console.error(`${out}: ${prompts.length} prompts`);
+  fs.writeFileSync(path.join(out, oname), JSON.stringify(prompts, null, 1) + "\n");
+  console.error(`${oname}: ${prompts.length} prompts`);
+}
