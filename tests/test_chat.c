@@ -105,6 +105,7 @@ static void test_format_families(void **st) {
   }
   // checked against their own templates in tests/test_chat_ref.c (gpt-oss's prompts are dated)
   covered[CHAT_TMPL_GPT_OSS] = covered[CHAT_TMPL_GLM45] = covered[CHAT_TMPL_GLM47] = true;
+  covered[CHAT_TMPL_QWEN3] = covered[CHAT_TMPL_QWEN35] = true;
   for (int t = 1; t < CHAT_TMPL_COUNT; t++)
     if (!covered[t]) fail_msg("no expected output for %s", chat_template_name((chat_tmpl)t));
 }
@@ -193,7 +194,9 @@ static void test_detect_real_templates(void **st) {
       {"mixtral-8x7b-instruct-v0.1-orig", CHAT_TMPL_LLAMA2},
       {"mixtral-8x7b-instruct-v0.1", CHAT_TMPL_MISTRAL_V1},
       {"qwen2", CHAT_TMPL_CHATML},
-      {"qwen3", CHAT_TMPL_CHATML},
+      {"qwen3", CHAT_TMPL_QWEN3},
+      {"qwen3.5", CHAT_TMPL_QWEN35},
+      {"deepseek-v3", CHAT_TMPL_DEEPSEEK3},
       {"llama3", CHAT_TMPL_LLAMA3},
       {"deepseek-v2", CHAT_TMPL_DEEPSEEK2},
       {"deepseek-r1", CHAT_TMPL_DEEPSEEK3},
@@ -286,7 +289,8 @@ static void test_names(void **st) {
   }
   assert_int_equal(chat_template_from_name("mistral"), CHAT_TMPL_LLAMA2);
   assert_int_equal(chat_template_from_name("olmoe"), CHAT_TMPL_TULU);
-  assert_int_equal(chat_template_from_name("qwen3"), CHAT_TMPL_CHATML);
+  assert_int_equal(chat_template_from_name("qwen3"), CHAT_TMPL_QWEN3);
+  assert_int_equal(chat_template_from_name("qwen2"), CHAT_TMPL_CHATML);
   assert_int_equal(chat_template_from_name("harmony"), CHAT_TMPL_GPT_OSS);
   assert_int_equal(chat_template_from_name("glm4.6"), CHAT_TMPL_GLM45);
   assert_int_equal(chat_template_from_name("gemma"), CHAT_TMPL_UNKNOWN);

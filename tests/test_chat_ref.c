@@ -27,6 +27,17 @@ static const char *str_or_null(const cJSON *o, const char *k) {
   return cJSON_IsString(x) ? x->valuestring : NULL;
 }
 
+// DeepSeek's template opens with the BOS and writes a system message bare;
+// deepseek3 is llama.cpp's format: no BOS (the tokenizer adds it), "\n\n" after
+// the system text. It is compared on the cases without one, less the BOS.
+static const char k_ds_bos[] = "<｜begin▁of▁sentence｜>";
+
+static bool has_system(const cJSON *msgs) {
+  const cJSON *m;
+  cJSON_ArrayForEach(m, msgs) if (!strcmp(str_or_null(m, "role"), "system")) return true;
+  return false;
+}
+
 static int check_reference(chat_tmpl tmpl, const char *cases_rel, const char *want_rel) {
   cJSON *cases = read_json(cases_rel);
   cJSON *want = read_json(want_rel);
@@ -36,6 +47,11 @@ static int check_reference(chat_tmpl tmpl, const char *cases_rel, const char *wa
   cJSON_ArrayForEach(c, cases) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(c, "messages");
     const int n = cJSON_GetArraySize(msgs);
+    const cJSON *wj = cJSON_GetArrayItem(want, i);
+    if (tmpl == CHAT_TMPL_DEEPSEEK3 && has_system(msgs)) {
+      i++;
+      continue;
+    }
     chat_turn *t = calloc((size_t)n, sizeof *t);
     char **args = calloc((size_t)n, sizeof *args);
     int k = 0;
@@ -61,10 +77,15 @@ static int check_reference(chat_tmpl tmpl, const char *cases_rel, const char *wa
                         .no_thinking = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "no_thinking"))};
     const bool add = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "add_generation_prompt"));
     char *out = NULL;
-    if (chat_format_turns(tmpl, t, n, add, &opt, &out) != MOLE_OK)
+    const mole_status st = chat_format_turns(tmpl, t, n, add, &opt, &out);
+    if (cJSON_IsNull(wj)) {  // the template refuses it
+      if (st != MOLE_ERR_ARG) fail_msg("%s: case %d (%s): accepted", chat_template_name(tmpl), i, str_or_null(c, "name"));
+    } else if (st != MOLE_OK) {
       fail_msg("%s: case %d (%s): %s", chat_template_name(tmpl), i, str_or_null(c, "name"), mole_last_error());
-    const char *w = cJSON_GetArrayItem(want, i)->valuestring;
-    if (strcmp(out, w)) {
+    }
+    const char *w = wj->valuestring ? wj->valuestring : "";
+    if (tmpl == CHAT_TMPL_DEEPSEEK3 && !strncmp(w, k_ds_bos, strlen(k_ds_bos))) w += strlen(k_ds_bos);
+    if (out && strcmp(out, w)) {
       size_t at = 0;
       while (out[at] && out[at] == w[at]) at++;
       fail_msg("%s: case %d (%s) differs at byte %zu:\nwant: [%s]\ngot:  [%s]", chat_template_name(tmpl), i,
@@ -90,6 +111,24 @@ static void test_reference_prompts(void **st) {
                                    "tests/data/chat/glm-4.6_expected.json"), 8);
   assert_int_equal(check_reference(CHAT_TMPL_GLM47, "tests/data/chat/think_cases.json",
                                    "tests/data/chat/glm-4.7-flash_expected.json"), 8);
+  assert_int_equal(check_reference(CHAT_TMPL_QWEN3, "tests/data/chat/think_cases.json",
+                                   "tests/data/chat/qwen3_expected.json"), 8);
+  assert_int_equal(check_reference(CHAT_TMPL_QWEN35, "tests/data/chat/think_cases.json",
+                                   "tests/data/chat/qwen3.5_expected.json"), 8);
+  assert_int_equal(check_reference(CHAT_TMPL_DEEPSEEK3, "tests/data/chat/think_cases.json",
+                                   "tests/data/chat/deepseek-v3_expected.json"), 8);
+}
+
+// Where the reference engine and Python's jinja2 (transformers) part: @huggingface/jinja
+// ignores the argument of strip/lstrip/rstrip; mole follows Python, which strips only
+// the characters named (Qwen3's content.lstrip('\n') keeps leading spaces).
+static void test_python_strip(void **st) {
+  (void)st;
+  const chat_turn t[] = {{.role = "user", .content = "Q"}, {.role = "assistant", .content = "  A  ", .reasoning = " R\n"}};
+  char *out = NULL;
+  assert_int_equal(chat_format_turns(CHAT_TMPL_QWEN3, t, 2, false, NULL, &out), MOLE_OK);
+  assert_string_equal(out, "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n<think>\n R\n</think>\n\n  A  <|im_end|>\n");
+  mole_free(out);
 }
 
 // chat_format (role and content only) gives the same as chat_format_turns, with today's date.
@@ -346,7 +385,8 @@ static void test_parser_fuzz(void **st) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_reference_prompts), cmocka_unit_test(test_plain_messages),
+      cmocka_unit_test(test_reference_prompts), cmocka_unit_test(test_python_strip),
+      cmocka_unit_test(test_plain_messages),
       cmocka_unit_test(test_errors),            cmocka_unit_test(test_parser),
       cmocka_unit_test(test_parser_think),      cmocka_unit_test(test_parser_fuzz),
   };

@@ -27,6 +27,8 @@ static const char *const chat_canonical[CHAT_TMPL_COUNT] = {
     [CHAT_TMPL_GPT_OSS] = "gpt-oss",
     [CHAT_TMPL_GLM45] = "glm4.5",
     [CHAT_TMPL_GLM47] = "glm4.7",
+    [CHAT_TMPL_QWEN3] = "qwen3",
+    [CHAT_TMPL_QWEN35] = "qwen3.5",
 };
 
 static const struct {
@@ -35,7 +37,6 @@ static const struct {
 } chat_aliases[] = {
     {"mistral", CHAT_TMPL_LLAMA2},
     {"qwen2", CHAT_TMPL_CHATML},
-    {"qwen3", CHAT_TMPL_CHATML},
     {"olmoe", CHAT_TMPL_TULU},
     {"harmony", CHAT_TMPL_GPT_OSS},
     {"glm4.6", CHAT_TMPL_GLM45},
@@ -56,7 +57,7 @@ const char *chat_template_name(chat_tmpl t) {
 }
 
 const char *chat_template_list(void) {
-  return "chatml, llama2 (alias mistral), llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1, "
+  return "chatml (alias qwen2), qwen3, qwen3.5, llama2 (alias mistral), llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1, "
          "mistral-v3, mistral-v3-tekken, mistral-v7, mistral-v7-tekken, llama3, deepseek, deepseek2, "
          "deepseek3, zephyr, tulu (alias olmoe), gpt-oss (alias harmony), glm4.5 (alias glm4.6), glm4.7";
 }
@@ -109,6 +110,11 @@ chat_tmpl chat_template_detect(const char *tmpl) {
   if (chat_has(tmpl, "<|im_start|>")) {
     // phi-4 and SmolVLM use <|im_start|> but are not ChatML
     if (chat_has(tmpl, "<|im_sep|>") || chat_has(tmpl, "<end_of_utterance>")) return CHAT_TMPL_UNKNOWN;
+    // (llama.cpp calls them all chatml) Qwen3 and 3.5 think: their templates render reasoning
+    if (chat_has(tmpl, "reasoning_content") && chat_has(tmpl, "<think>")) {
+      if (chat_has(tmpl, "{{- '<think>\\n' }}")) return CHAT_TMPL_QWEN35;
+      if (chat_has(tmpl, "enable_thinking")) return CHAT_TMPL_QWEN3;
+    }
     return CHAT_TMPL_CHATML;
   }
   if (strncmp(tmpl, "mistral", 7) == 0 || chat_has(tmpl, "[INST]")) return chat_detect_inst(tmpl);
@@ -343,6 +349,8 @@ static void chat_render(chat_buf *b, chat_tmpl t, const chat_msg *m, const chat_
     case CHAT_TMPL_GPT_OSS:  // chat_harmony_render
     case CHAT_TMPL_GLM45:    // chat_glm_render
     case CHAT_TMPL_GLM47:
+    case CHAT_TMPL_QWEN3:    // chat_qwen_render
+    case CHAT_TMPL_QWEN35:
     case CHAT_TMPL_UNKNOWN:
     case CHAT_TMPL_COUNT:
       MOLE_ASSERT(!"chat_render: not a llama.cpp format");
@@ -373,7 +381,8 @@ mole_status chat_format_turns(chat_tmpl tmpl, const chat_turn *turns, int64_t n,
   mole_status st = chat_check_family(tmpl);
   if (st != MOLE_OK) return st;
   if (n < 0 || (n > 0 && !turns)) return mole_errorf(MOLE_ERR_ARG, "chat: bad message count %lld", (long long)n);
-  const bool harmony = tmpl == CHAT_TMPL_GPT_OSS, glm = tmpl == CHAT_TMPL_GLM45 || tmpl == CHAT_TMPL_GLM47;
+  const bool harmony = tmpl == CHAT_TMPL_GPT_OSS, glm = tmpl == CHAT_TMPL_GLM45 || tmpl == CHAT_TMPL_GLM47,
+             qwen = tmpl == CHAT_TMPL_QWEN3 || tmpl == CHAT_TMPL_QWEN35;
   static const char *const roles[] = {"system", "user", "assistant", "developer", "tool"};
   for (int64_t i = 0; i < n; i++) {
     const char *role = turns[i].role;
@@ -384,7 +393,7 @@ mole_status chat_format_turns(chat_tmpl tmpl, const chat_turn *turns, int64_t n,
       return mole_errorf(MOLE_ERR_ARG, "chat: message %lld has role \"%.64s\"; %s takes %s", (long long)i, role,
                          chat_template_name(tmpl),
                          harmony ? "system, developer, user, assistant or tool" : "system, user or assistant");
-    if (!harmony && !glm && !turns[i].content)
+    if (!harmony && !glm && !qwen && !turns[i].content)
       return mole_errorf(MOLE_ERR_ARG, "chat: message %lld: no content", (long long)i);
     if (!harmony && turns[i].tool_name)
       return mole_errorf(MOLE_ERR_ARG, "chat: message %lld: a tool call, which only gpt-oss renders", (long long)i);
@@ -395,6 +404,8 @@ mole_status chat_format_turns(chat_tmpl tmpl, const chat_turn *turns, int64_t n,
     st = chat_harmony_render(&b, turns, n, add_assistant_prompt, opt);
   } else if (glm) {
     st = chat_glm_render(&b, tmpl == CHAT_TMPL_GLM47, turns, n, add_assistant_prompt, opt);
+  } else if (qwen) {
+    st = chat_qwen_render(&b, tmpl == CHAT_TMPL_QWEN35, turns, n, add_assistant_prompt, opt);
   } else {
     chat_msg *m = mole_malloc((size_t)(n > 0 ? n : 1) * sizeof *m);
     chat_role *r = mole_malloc((size_t)(n > 0 ? n : 1) * sizeof *r);

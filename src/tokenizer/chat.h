@@ -8,7 +8,13 @@
 // noted at `tulu` below).
 //
 // Families (canonical name = the name llama.cpp uses; aliases in brackets):
-//   chatml [qwen2, qwen3]  <|im_start|>role\n...<|im_end|>\n  (Qwen1.5/2/2.5/3, Qwen-MoE)
+//   chatml [qwen2]         <|im_start|>role\n...<|im_end|>\n  (Qwen1.5/2/2.5, Qwen-MoE)
+//   qwen3                  Qwen3 (Qwen3-30B-A3B, 235B-A22B, Qwen3-Next): ChatML as the model's
+//                          template renders it: the reasoning of the turns after the last
+//                          user query in <think>\n...\n</think>\n\n, an empty think block
+//                          opening the answer with thinking off (the same as chatml otherwise)
+//   qwen3.5                Qwen3.5: as qwen3, messages trimmed, every answer after the last
+//                          query with its think block, the prompt ending inside <think>
 //   llama2 [mistral]       [INST] sys\nuser [/INST]assistant</s>  (Mistral-7B-Instruct-v0.2,
 //                          Mixtral-8x7B-Instruct's first template: no system role, the
 //                          system text opens the first [INST])
@@ -83,6 +89,8 @@ typedef enum chat_tmpl {
   CHAT_TMPL_GPT_OSS,
   CHAT_TMPL_GLM45,
   CHAT_TMPL_GLM47,
+  CHAT_TMPL_QWEN3,
+  CHAT_TMPL_QWEN35,
   CHAT_TMPL_COUNT
 } chat_tmpl;
 
@@ -134,7 +142,7 @@ typedef struct chat_options {
   const char *model_identity;    // gpt-oss: the system message's first line; NULL: the template's
   const char *tools;             // the API's "tools": a JSON array of {"type": "function", "function":
                                  // {"name", "description", "parameters"}}; NULL: none
-  bool no_thinking;              // GLM: the template's enable_thinking = false
+  bool no_thinking;              // GLM, Qwen3: the template's enable_thinking = false
 } chat_options;
 
 // chat_format for turns (opt may be NULL: the defaults above). gpt-oss, as its
@@ -155,7 +163,7 @@ mole_status chat_format_turns(chat_tmpl tmpl, const chat_turn *turns, int64_t n,
 
 // Whether the family's output carries reasoning that chat_parser separates:
 // gpt-oss (harmony channels), and <think>...</think> for deepseek3, glm4.5,
-// glm4.7 and chatml (Qwen3, QwQ).
+// glm4.7, qwen3, qwen3.5 and chatml (QwQ, and Qwen3 under that name).
 bool chat_template_has_reasoning(chat_tmpl t);
 
 typedef enum chat_part {

@@ -31,4 +31,7 @@ mole_status chat_harmony_render(chat_buf *b, const chat_turn *t, int64_t n, bool
 // GLM-4.5/4.6 (v47 false) or GLM-4.7: renders turns [n] (system, user, assistant) as their templates do.
 mole_status chat_glm_render(chat_buf *b, bool v47, const chat_turn *t, int64_t n, bool add_ass, const chat_options *opt);
 
+// Qwen3 (v35 false) or Qwen3.5: renders turns [n] (system, user, assistant) as their templates do.
+mole_status chat_qwen_render(chat_buf *b, bool v35, const chat_turn *t, int64_t n, bool add_ass, const chat_options *opt);
+
 #endif

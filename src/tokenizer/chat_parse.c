@@ -68,6 +68,8 @@ static parse_mode mode_of(chat_tmpl t) {
     case CHAT_TMPL_DEEPSEEK3:  // DeepSeek-R1
     case CHAT_TMPL_GLM45:
     case CHAT_TMPL_GLM47:
+    case CHAT_TMPL_QWEN3:
+    case CHAT_TMPL_QWEN35:
       return MODE_THINK;
     default: return MODE_PASS;
   }

@@ -3,7 +3,8 @@
 // renders them (messages, tools, add_generation_prompt, the special tokens, and
 // the case's reasoning_effort / model_identity / enable_thinking = false as
 // template arguments), with today's date fixed to 2025-01-02. Writes a JSON
-// array of the prompts per template into OUTDIR (the names of SETS below).
+// array of the prompts per template into OUTDIR (the names of SETS below);
+// null where the template refuses the conversation.
 //
 //   node chat_ref.mjs OUTDIR
 import fs from "node:fs";
@@ -24,6 +25,9 @@ const SETS = [
   ["gpt-oss.jinja", "harmony_cases.json", "harmony_expected.json", "thinking"],
   ["glm-4.6.jinja", "think_cases.json", "glm-4.6_expected.json", "reasoning_content"],
   ["glm-4.7-flash.jinja", "think_cases.json", "glm-4.7-flash_expected.json", "reasoning_content"],
+  ["qwen3.jinja", "think_cases.json", "qwen3_expected.json", "reasoning_content"],
+  ["qwen3.5.jinja", "think_cases.json", "qwen3.5_expected.json", "reasoning_content"],
+  ["deepseek-v3.jinja", "think_cases.json", "deepseek-v3_expected.json", "reasoning_content"],
 ];
 const out = process.argv[2];
 for (const [tname, cname, oname, rfield] of SETS) {
@@ -37,11 +41,16 @@ for (const [tname, cname, oname, rfield] of SETS) {
       if (m.tool_call) o.tool_calls = [{ type: "function", function: m.tool_call }];
       return o;
     });
-    const kw = { messages, add_generation_prompt: c.add_generation_prompt, tools: c.tools ?? null };
+    const kw = { messages, add_generation_prompt: c.add_generation_prompt, tools: c.tools ?? null,
+                 bos_token: "<｜begin▁of▁sentence｜>" };  // (only DeepSeek's template writes it)
     if (c.reasoning_effort) kw.reasoning_effort = c.reasoning_effort;
     if (c.model_identity) kw.model_identity = c.model_identity;
     if (c.no_thinking) kw.enable_thinking = false;
-    return tmpl.render(kw);
+    try {
+      return tmpl.render(kw);
+    } catch (e) {
+      return null;  // the template refuses the conversation (raise_exception)
+    }
   });
   fs.writeFileSync(path.join(out, oname), JSON.stringify(prompts, null, 1) + "\n");
   console.error(`${oname}: ${prompts.length} prompts`);
