@@ -105,7 +105,7 @@ static void test_format_families(void **st) {
   }
   // checked against their own templates in tests/test_chat_ref.c (gpt-oss's prompts are dated)
   covered[CHAT_TMPL_GPT_OSS] = covered[CHAT_TMPL_GLM45] = covered[CHAT_TMPL_GLM47] = true;
-  covered[CHAT_TMPL_QWEN3] = covered[CHAT_TMPL_QWEN35] = true;
+  covered[CHAT_TMPL_QWEN3] = covered[CHAT_TMPL_QWEN35] = covered[CHAT_TMPL_GEMMA4] = true;
   for (int t = 1; t < CHAT_TMPL_COUNT; t++)
     if (!covered[t]) fail_msg("no expected output for %s", chat_template_name((chat_tmpl)t));
 }
@@ -205,6 +205,7 @@ static void test_detect_real_templates(void **st) {
       {"gpt-oss", CHAT_TMPL_GPT_OSS},
       {"glm-4.6", CHAT_TMPL_GLM45},
       {"glm-4.7-flash", CHAT_TMPL_GLM47},
+      {"gemma-4", CHAT_TMPL_GEMMA4},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     char *tmpl = read_template(cases[i].file);

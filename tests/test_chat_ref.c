@@ -27,10 +27,11 @@ static const char *str_or_null(const cJSON *o, const char *k) {
   return cJSON_IsString(x) ? x->valuestring : NULL;
 }
 
-// DeepSeek's template opens with the BOS and writes a system message bare;
-// deepseek3 is llama.cpp's format: no BOS (the tokenizer adds it), "\n\n" after
-// the system text. It is compared on the cases without one, less the BOS.
-static const char k_ds_bos[] = "<｜begin▁of▁sentence｜>";
+// DeepSeek's and Gemma's templates open with the BOS, which mole leaves to the
+// tokenizer (add_bos): it is compared less the BOS. DeepSeek's writes a system
+// message bare; deepseek3 is llama.cpp's format, with "\n\n" after it: it is
+// compared on the cases without one.
+static const char *const k_bos[] = {"<｜begin▁of▁sentence｜>", "<bos>"};
 
 static bool has_system(const cJSON *msgs) {
   const cJSON *m;
@@ -74,7 +75,9 @@ static int check_reference(chat_tmpl tmpl, const char *cases_rel, const char *wa
                         .date = "2025-01-02",
                         .model_identity = str_or_null(c, "model_identity"),
                         .tools = tools_s,
-                        .no_thinking = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "no_thinking"))};
+                        .thinking = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "no_thinking"))    ? CHAT_THINK_OFF
+                                    : cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "thinking")) ? CHAT_THINK_ON
+                                                                                                    : CHAT_THINK_DEFAULT};
     const bool add = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "add_generation_prompt"));
     char *out = NULL;
     const mole_status st = chat_format_turns(tmpl, t, n, add, &opt, &out);
@@ -84,7 +87,9 @@ static int check_reference(chat_tmpl tmpl, const char *cases_rel, const char *wa
       fail_msg("%s: case %d (%s): %s", chat_template_name(tmpl), i, str_or_null(c, "name"), mole_last_error());
     }
     const char *w = wj->valuestring ? wj->valuestring : "";
-    if (tmpl == CHAT_TMPL_DEEPSEEK3 && !strncmp(w, k_ds_bos, strlen(k_ds_bos))) w += strlen(k_ds_bos);
+    for (size_t b = 0; b < sizeof k_bos / sizeof k_bos[0]; b++)
+      if ((tmpl == CHAT_TMPL_DEEPSEEK3 || tmpl == CHAT_TMPL_GEMMA4) && !strncmp(w, k_bos[b], strlen(k_bos[b])))
+        w += strlen(k_bos[b]);
     if (out && strcmp(out, w)) {
       size_t at = 0;
       while (out[at] && out[at] == w[at]) at++;
@@ -117,6 +122,10 @@ static void test_reference_prompts(void **st) {
                                    "tests/data/chat/qwen3.5_expected.json"), 8);
   assert_int_equal(check_reference(CHAT_TMPL_DEEPSEEK3, "tests/data/chat/think_cases.json",
                                    "tests/data/chat/deepseek-v3_expected.json"), 8);
+  assert_int_equal(check_reference(CHAT_TMPL_GEMMA4, "tests/data/chat/think_cases.json",
+                                   "tests/data/chat/gemma-4_expected.json"), 8);
+  assert_int_equal(check_reference(CHAT_TMPL_GEMMA4, "tests/data/chat/gemma_cases.json",
+                                   "tests/data/chat/gemma-4_gemma_expected.json"), 4);
 }
 
 // Where the reference engine and Python's jinja2 (transformers) part: @huggingface/jinja
@@ -333,11 +342,20 @@ static void test_parser_think(void **st) {
       {spaced, spaced_r, "c", NULL, NULL},
       {"", NULL, NULL, NULL, NULL},
   };
-  static const chat_tmpl fams[] = {CHAT_TMPL_DEEPSEEK3, CHAT_TMPL_GLM45, CHAT_TMPL_GLM47, CHAT_TMPL_CHATML};
+  static const chat_tmpl fams[] = {CHAT_TMPL_DEEPSEEK3, CHAT_TMPL_GLM45, CHAT_TMPL_GLM47, CHAT_TMPL_CHATML,
+                                   CHAT_TMPL_QWEN3,     CHAT_TMPL_QWEN35};
   for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
     assert_true(chat_template_has_reasoning(fams[f]));
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_parse(fams[f], &cases[i]);
   }
+  // Gemma 4's thought channel
+  const parse_case gemma[] = {
+      {"<|channel>thought\nThe user greets.<channel|>Hello!", "The user greets.", "Hello!", NULL, NULL},
+      {"<|channel>other<channel|>x", NULL, "<|channel>other<channel|>x", NULL, NULL},
+      {"Plain answer <think>x</think>", NULL, "Plain answer <think>x</think>", NULL, NULL},
+      {"<|channel>thought\nnever closed", "never closed", NULL, NULL, NULL},
+  };
+  for (size_t i = 0; i < sizeof gemma / sizeof gemma[0]; i++) check_parse(CHAT_TMPL_GEMMA4, &gemma[i]);
   // the prompt ended with <think> (GLM-4.7): reasoning until </think>
   g_in_thinking = true;
   const parse_case inside[] = {
@@ -358,7 +376,8 @@ static void test_parser_fuzz(void **st) {
   static const char *const bits[] = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>",
                                      "<|return|>", "<|call|>", "analysis", "final", "commentary", " to=functions.f",
                                      "assistant", "json", "<", "|", ">", "<|", "|>", "x", " ", "\n", "é", "{\"a\":1}",
-                                     "<think>", "</think>", "<th", "</", "\t"};
+                                     "<think>", "</think>", "<th", "</", "\t", "<|channel>thought",
+                                     "<|channel>", "<channel|>", "thought"};
   uint64_t rng = 7;
   char text[512];
   for (int it = 0; it < 3000; it++) {
@@ -370,7 +389,8 @@ static void test_parser_fuzz(void **st) {
       n += strlen(b);
     }
     text[n] = 0;
-    const chat_tmpl tmpl = it % 2 ? CHAT_TMPL_GPT_OSS : CHAT_TMPL_DEEPSEEK3;
+    static const chat_tmpl fz[] = {CHAT_TMPL_GPT_OSS, CHAT_TMPL_DEEPSEEK3, CHAT_TMPL_GEMMA4};
+    const chat_tmpl tmpl = fz[it % 3];
     parts whole = run_parser(tmpl, text, 0);
     for (uint64_t cut = 1; cut < 4; cut++) {
       parts p = run_parser(tmpl, text, cut + (uint64_t)it * 4);

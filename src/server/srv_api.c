@@ -106,10 +106,10 @@ static bool parse_chat_options(const cJSON *root, chat_options *o, char **tools,
     if (!cJSON_IsString(eff)) return bad(err, cap, "'reasoning_effort' must be a string");
     o->reasoning_effort = eff->valuestring;
   }
-  if (cJSON_IsObject(kw)) {
+  if (cJSON_IsObject(kw) && cJSON_GetObjectItemCaseSensitive(kw, "enable_thinking")) {
     bool think = true;
     if (!get_bool(kw, "enable_thinking", &think, err, cap)) return false;
-    o->no_thinking = !think;
+    o->thinking = think ? CHAT_THINK_ON : CHAT_THINK_OFF;
   }
   const cJSON *tl = cJSON_GetObjectItemCaseSensitive(root, "tools");
   if (tl && !cJSON_IsNull(tl)) {

@@ -29,6 +29,7 @@ static const char *const chat_canonical[CHAT_TMPL_COUNT] = {
     [CHAT_TMPL_GLM47] = "glm4.7",
     [CHAT_TMPL_QWEN3] = "qwen3",
     [CHAT_TMPL_QWEN35] = "qwen3.5",
+    [CHAT_TMPL_GEMMA4] = "gemma4",
 };
 
 static const struct {
@@ -59,7 +60,7 @@ const char *chat_template_name(chat_tmpl t) {
 const char *chat_template_list(void) {
   return "chatml (alias qwen2), qwen3, qwen3.5, llama2 (alias mistral), llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1, "
          "mistral-v3, mistral-v3-tekken, mistral-v7, mistral-v7-tekken, llama3, deepseek, deepseek2, "
-         "deepseek3, zephyr, tulu (alias olmoe), gpt-oss (alias harmony), glm4.5 (alias glm4.6), glm4.7";
+         "deepseek3, zephyr, tulu (alias olmoe), gpt-oss (alias harmony), glm4.5 (alias glm4.6), glm4.7, gemma4";
 }
 
 // ---- detection ------------------------------------------------------------
@@ -147,6 +148,7 @@ chat_tmpl chat_template_detect(const char *tmpl) {
   // (llama.cpp's tests between these: exaone, rwkv-world, granite, gigachat, megrez, yandex, bailing,
   // llama4, dots1, hunyuan-moe; none of their templates holds both harmony markers)
   if (chat_has(tmpl, "<|start|>") && chat_has(tmpl, "<|channel|>")) return CHAT_TMPL_GPT_OSS;
+  if (chat_has(tmpl, "<|turn>") && chat_has(tmpl, "<turn|>")) return CHAT_TMPL_GEMMA4;
   return CHAT_TMPL_UNKNOWN;
 }
 
@@ -351,6 +353,7 @@ static void chat_render(chat_buf *b, chat_tmpl t, const chat_msg *m, const chat_
     case CHAT_TMPL_GLM47:
     case CHAT_TMPL_QWEN3:    // chat_qwen_render
     case CHAT_TMPL_QWEN35:
+    case CHAT_TMPL_GEMMA4:   // chat_gemma_render
     case CHAT_TMPL_UNKNOWN:
     case CHAT_TMPL_COUNT:
       MOLE_ASSERT(!"chat_render: not a llama.cpp format");
@@ -382,18 +385,20 @@ mole_status chat_format_turns(chat_tmpl tmpl, const chat_turn *turns, int64_t n,
   if (st != MOLE_OK) return st;
   if (n < 0 || (n > 0 && !turns)) return mole_errorf(MOLE_ERR_ARG, "chat: bad message count %lld", (long long)n);
   const bool harmony = tmpl == CHAT_TMPL_GPT_OSS, glm = tmpl == CHAT_TMPL_GLM45 || tmpl == CHAT_TMPL_GLM47,
-             qwen = tmpl == CHAT_TMPL_QWEN3 || tmpl == CHAT_TMPL_QWEN35;
+             qwen = tmpl == CHAT_TMPL_QWEN3 || tmpl == CHAT_TMPL_QWEN35, gemma = tmpl == CHAT_TMPL_GEMMA4;
   static const char *const roles[] = {"system", "user", "assistant", "developer", "tool"};
   for (int64_t i = 0; i < n; i++) {
     const char *role = turns[i].role;
     if (!role) return mole_errorf(MOLE_ERR_ARG, "chat: message %lld has no role", (long long)i);
     int r = 0;
     while (r < 5 && strcmp(role, roles[r])) r++;
-    if (r == 5 || (!harmony && r >= 3))
+    if (r == 5 || (!harmony && r >= 3 && !(gemma && r == 3)))
       return mole_errorf(MOLE_ERR_ARG, "chat: message %lld has role \"%.64s\"; %s takes %s", (long long)i, role,
                          chat_template_name(tmpl),
-                         harmony ? "system, developer, user, assistant or tool" : "system, user or assistant");
-    if (!harmony && !glm && !qwen && !turns[i].content)
+                         harmony  ? "system, developer, user, assistant or tool"
+                         : gemma ? "system, developer, user or assistant"
+                                 : "system, user or assistant");
+    if (!harmony && !glm && !qwen && !gemma && !turns[i].content)
       return mole_errorf(MOLE_ERR_ARG, "chat: message %lld: no content", (long long)i);
     if (!harmony && turns[i].tool_name)
       return mole_errorf(MOLE_ERR_ARG, "chat: message %lld: a tool call, which only gpt-oss renders", (long long)i);
@@ -406,6 +411,8 @@ mole_status chat_format_turns(chat_tmpl tmpl, const chat_turn *turns, int64_t n,
     st = chat_glm_render(&b, tmpl == CHAT_TMPL_GLM47, turns, n, add_assistant_prompt, opt);
   } else if (qwen) {
     st = chat_qwen_render(&b, tmpl == CHAT_TMPL_QWEN35, turns, n, add_assistant_prompt, opt);
+  } else if (gemma) {
+    st = chat_gemma_render(&b, turns, n, add_assistant_prompt, opt);
   } else {
     chat_msg *m = mole_malloc((size_t)(n > 0 ? n : 1) * sizeof *m);
     chat_role *r = mole_malloc((size_t)(n > 0 ? n : 1) * sizeof *r);

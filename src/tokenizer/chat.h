@@ -48,6 +48,9 @@
 //                          Jinja template (tests/data/chat/gpt-oss.jinja) as transformers and
 //                          @huggingface/jinja render it. Its output is split into reasoning
 //                          (analysis) and content (final) by chat_parser below.
+//   gemma4                 Gemma 4: <|turn>role\n...<turn|>\n (assistant as model), as the
+//                          model's template renders it; thinking (off by default) is the
+//                          <|channel>thought\n...<channel|> part of the answer
 //   tulu [olmoe]           <|role|>\n...\n with <|endoftext|> after assistant messages only:
 //                          OLMoE-1B-7B-Instruct / Tulu 2. llama.cpp has no such format (its
 //                          detector sends these templates, and real zephyr ones, to glmedge);
@@ -91,6 +94,7 @@ typedef enum chat_tmpl {
   CHAT_TMPL_GLM47,
   CHAT_TMPL_QWEN3,
   CHAT_TMPL_QWEN35,
+  CHAT_TMPL_GEMMA4,
   CHAT_TMPL_COUNT
 } chat_tmpl;
 
@@ -136,13 +140,19 @@ typedef struct chat_turn {
   const char *tool_args;  // the call's arguments, JSON text (an object); NULL: {}
 } chat_turn;
 
+typedef enum chat_thinking {
+  CHAT_THINK_DEFAULT = 0,  // not given: the template's default (on, but off for Gemma 4)
+  CHAT_THINK_ON,           // enable_thinking = true
+  CHAT_THINK_OFF,          // enable_thinking = false
+} chat_thinking;
+
 typedef struct chat_options {
   const char *reasoning_effort;  // gpt-oss: "low", "medium" or "high"; NULL: medium
   const char *date;              // gpt-oss: the "Current date:" line (YYYY-MM-DD); NULL: today, local time
   const char *model_identity;    // gpt-oss: the system message's first line; NULL: the template's
   const char *tools;             // the API's "tools": a JSON array of {"type": "function", "function":
                                  // {"name", "description", "parameters"}}; NULL: none
-  bool no_thinking;              // GLM, Qwen3: the template's enable_thinking = false
+  chat_thinking thinking;        // the template's enable_thinking (GLM, Qwen3, Gemma 4)
 } chat_options;
 
 // chat_format for turns (opt may be NULL: the defaults above). gpt-oss, as its
@@ -162,8 +172,9 @@ mole_status chat_format_turns(chat_tmpl tmpl, const chat_turn *turns, int64_t n,
 // ---- the model's output, split ------------------------------------------------------
 
 // Whether the family's output carries reasoning that chat_parser separates:
-// gpt-oss (harmony channels), and <think>...</think> for deepseek3, glm4.5,
-// glm4.7, qwen3, qwen3.5 and chatml (QwQ, and Qwen3 under that name).
+// gpt-oss (harmony channels), <think>...</think> for deepseek3, glm4.5,
+// glm4.7, qwen3, qwen3.5 and chatml (QwQ, and Qwen3 under that name), and
+// <|channel>thought...<channel|> for gemma4.
 bool chat_template_has_reasoning(chat_tmpl t);
 
 typedef enum chat_part {

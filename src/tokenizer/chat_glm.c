@@ -44,7 +44,7 @@ static void glm_split(const chat_turn *t, const char **r, size_t *rn, const char
 }
 
 mole_status chat_glm_render(chat_buf *b, bool v47, const chat_turn *t, int64_t n, bool add_ass, const chat_options *opt) {
-  const bool no_think = opt && opt->no_thinking;
+  const bool no_think = opt && opt->thinking == CHAT_THINK_OFF;
   const char *nl = v47 ? "" : "\n";
   int64_t last_user = -1;
   for (int64_t i = 0; i < n; i++)

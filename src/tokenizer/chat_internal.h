@@ -34,4 +34,7 @@ mole_status chat_glm_render(chat_buf *b, bool v47, const chat_turn *t, int64_t n
 // Qwen3 (v35 false) or Qwen3.5: renders turns [n] (system, user, assistant) as their templates do.
 mole_status chat_qwen_render(chat_buf *b, bool v35, const chat_turn *t, int64_t n, bool add_ass, const chat_options *opt);
 
+// Gemma 4: renders turns [n] (system, developer, user, assistant) as its template does.
+mole_status chat_gemma_render(chat_buf *b, const chat_turn *t, int64_t n, bool add_ass, const chat_options *opt);
+
 #endif

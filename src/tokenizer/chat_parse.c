@@ -10,7 +10,8 @@
 // Bodies go to reasoning (analysis), content (final, and commentary for
 // nobody: a preamble) or a tool call (commentary to a recipient).
 //
-// Thinking models (DeepSeek-R1/V3.1, GLM-4.5+, Qwen3): "<think>reasoning</think>answer".
+// Thinking models (DeepSeek-R1, GLM-4.5+, Qwen3): "<think>reasoning</think>answer";
+// Gemma 4: "<|channel>thought\nreasoning<channel|>answer".
 // The output may open with <think> (after whitespace), or start inside the
 // thinking when the prompt ended with <think> (chat_parser_in_thinking).
 // As llama.cpp does, the reasoning is trimmed and the answer after
@@ -38,18 +39,20 @@ typedef enum {
   MK_CALL,
   MK_THINK,
   MK_THINK_END,
+  MK_THOUGHT,
+  MK_THOUGHT_END,
   MK_COUNT,
 } marker;
 
 static const char *const k_markers[MK_COUNT] = {
     "<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>", "<|return|>", "<|call|>",
-    "<think>",   "</think>",
+    "<think>",   "</think>",   "<|channel>thought", "<channel|>",
 };
-enum { MARKER_MAX = 13 };  // the longest, <|constrain|>
+enum { MARKER_MAX = 17 };  // the longest, <|channel>thought
 
 struct chat_parser {
   parse_mode mode;
-  marker mk_first, mk_end;  // the mode's markers: [mk_first, mk_end)
+  marker mk_first, mk_end;  // the mode's markers: [mk_first, mk_end); thinking: open, close
   parse_state st;
   bool started;             // thinking: a non-space byte of this part came already
   char ws[WS_MAX];          // thinking: whitespace held (trimmed if the reasoning ends here)
@@ -70,6 +73,7 @@ static parse_mode mode_of(chat_tmpl t) {
     case CHAT_TMPL_GLM47:
     case CHAT_TMPL_QWEN3:
     case CHAT_TMPL_QWEN35:
+    case CHAT_TMPL_GEMMA4:
       return MODE_THINK;
     default: return MODE_PASS;
   }
@@ -82,8 +86,8 @@ mole_status chat_parser_new(chat_tmpl t, chat_parser **out) {
   chat_parser *p = mole_calloc(1, sizeof *p);
   if (!p) return mole_errorf(MOLE_ERR_NOMEM, "chat: out of memory");
   p->mode = mode_of(t);
-  p->mk_first = p->mode == MODE_THINK ? MK_THINK : MK_START;
-  p->mk_end = p->mode == MODE_THINK ? MK_COUNT : MK_THINK;
+  p->mk_first = t == CHAT_TMPL_GEMMA4 ? MK_THOUGHT : p->mode == MODE_THINK ? MK_THINK : MK_START;
+  p->mk_end = p->mode == MODE_THINK ? (marker)(p->mk_first + 2) : MK_THINK;
   p->st = p->mode == MODE_THINK ? ST_OPEN : ST_HEADER;
   p->body = CHAT_PART_CONTENT;
   *out = p;
@@ -240,11 +244,11 @@ static void think_text(chat_parser *p, run *r, char c) {
 }
 
 static void think_marker(chat_parser *p, run *r, marker m) {
-  if (p->st == ST_OPEN && m == MK_THINK) {
+  if (p->st == ST_OPEN && m == p->mk_first) {
     p->n_ws = 0;
     p->st = ST_THINK;
     p->started = false;
-  } else if (p->st == ST_THINK && m == MK_THINK_END) {
+  } else if (p->st == ST_THINK && m == p->mk_first + 1) {
     p->n_ws = 0;
     p->st = ST_ANSWER;
     p->started = false;

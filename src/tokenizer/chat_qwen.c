@@ -57,7 +57,7 @@ static void qw_split(const chat_turn *t, qw_str content, qw_str *r, qw_str *c) {
 }
 
 mole_status chat_qwen_render(chat_buf *b, bool v35, const chat_turn *t, int64_t n, bool add_ass, const chat_options *opt) {
-  const bool no_think = opt && opt->no_thinking;
+  const bool no_think = opt && opt->thinking == CHAT_THINK_OFF;
   // the last user query (a user turn that is not a wrapped tool response)
   int64_t last_query = n - 1;
   bool found = false;

@@ -28,6 +28,8 @@ const SETS = [
   ["qwen3.jinja", "think_cases.json", "qwen3_expected.json", "reasoning_content"],
   ["qwen3.5.jinja", "think_cases.json", "qwen3.5_expected.json", "reasoning_content"],
   ["deepseek-v3.jinja", "think_cases.json", "deepseek-v3_expected.json", "reasoning_content"],
+  ["gemma-4.jinja", "think_cases.json", "gemma-4_expected.json", "reasoning_content"],
+  ["gemma-4.jinja", "gemma_cases.json", "gemma-4_gemma_expected.json", "reasoning_content"],
 ];
 const out = process.argv[2];
 for (const [tname, cname, oname, rfield] of SETS) {
@@ -42,10 +44,11 @@ for (const [tname, cname, oname, rfield] of SETS) {
       return o;
     });
     const kw = { messages, add_generation_prompt: c.add_generation_prompt, tools: c.tools ?? null,
-                 bos_token: "<｜begin▁of▁sentence｜>" };  // (only DeepSeek's template writes it)
+                 bos_token: tname.startsWith("deepseek") ? "<｜begin▁of▁sentence｜>" : "<bos>" };
     if (c.reasoning_effort) kw.reasoning_effort = c.reasoning_effort;
     if (c.model_identity) kw.model_identity = c.model_identity;
     if (c.no_thinking) kw.enable_thinking = false;
+    if (c.thinking) kw.enable_thinking = true;
     try {
       return tmpl.render(kw);
     } catch (e) {
