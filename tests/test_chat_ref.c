@@ -110,22 +110,26 @@ static int check_reference(chat_tmpl tmpl, const char *cases_rel, const char *wa
 
 static void test_reference_prompts(void **st) {
   (void)st;
-  assert_int_equal(check_reference(CHAT_TMPL_GPT_OSS, "tests/data/chat/harmony_cases.json",
-                                   "tests/data/chat/harmony_expected.json"), 12);
-  assert_int_equal(check_reference(CHAT_TMPL_GLM45, "tests/data/chat/think_cases.json",
-                                   "tests/data/chat/glm-4.6_expected.json"), 8);
-  assert_int_equal(check_reference(CHAT_TMPL_GLM47, "tests/data/chat/think_cases.json",
-                                   "tests/data/chat/glm-4.7-flash_expected.json"), 8);
-  assert_int_equal(check_reference(CHAT_TMPL_QWEN3, "tests/data/chat/think_cases.json",
-                                   "tests/data/chat/qwen3_expected.json"), 8);
-  assert_int_equal(check_reference(CHAT_TMPL_QWEN35, "tests/data/chat/think_cases.json",
-                                   "tests/data/chat/qwen3.5_expected.json"), 8);
-  assert_int_equal(check_reference(CHAT_TMPL_DEEPSEEK3, "tests/data/chat/think_cases.json",
-                                   "tests/data/chat/deepseek-v3_expected.json"), 8);
-  assert_int_equal(check_reference(CHAT_TMPL_GEMMA4, "tests/data/chat/think_cases.json",
-                                   "tests/data/chat/gemma-4_expected.json"), 8);
-  assert_int_equal(check_reference(CHAT_TMPL_GEMMA4, "tests/data/chat/gemma_cases.json",
-                                   "tests/data/chat/gemma-4_gemma_expected.json"), 4);
+  static const struct {
+    chat_tmpl t;
+    const char *cases, *want;
+    int n;
+  } sets[] = {
+      {CHAT_TMPL_GPT_OSS, "harmony_cases.json", "harmony_expected.json", 12},
+      {CHAT_TMPL_GLM45, "think_cases.json", "glm-4.6_expected.json", 8},
+      {CHAT_TMPL_GLM47, "think_cases.json", "glm-4.7-flash_expected.json", 8},
+      {CHAT_TMPL_QWEN3, "think_cases.json", "qwen3_expected.json", 8},
+      {CHAT_TMPL_QWEN35, "think_cases.json", "qwen3.5_expected.json", 8},
+      {CHAT_TMPL_DEEPSEEK3, "think_cases.json", "deepseek-v3_expected.json", 8},
+      {CHAT_TMPL_GEMMA4, "think_cases.json", "gemma-4_expected.json", 8},
+      {CHAT_TMPL_GEMMA4, "gemma_cases.json", "gemma-4_gemma_expected.json", 4},
+  };
+  for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+    char cases[128], want[128];
+    snprintf(cases, sizeof cases, "tests/data/chat/%s", sets[i].cases);
+    snprintf(want, sizeof want, "tests/data/chat/%s", sets[i].want);
+    assert_int_equal(check_reference(sets[i].t, cases, want), sets[i].n);
+  }
 }
 
 // Where the reference engine and Python's jinja2 (transformers) part: @huggingface/jinja

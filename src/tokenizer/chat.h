@@ -4,8 +4,10 @@
 // llama.cpp's llm_chat_detect_template (src/llama-chat.cpp), we recognise the
 // common families by distinguishing substrings and render them with fixed C
 // code whose output is byte-for-byte what llama.cpp's
-// llama_chat_apply_template produces for the same family (the exceptions are
-// noted at `tulu` below).
+// llama_chat_apply_template produces for the same family. The families with
+// reasoning that llama.cpp's built-in list lacks (gpt-oss, glm4.5/4.7,
+// qwen3/3.5, gemma4; and tulu) render byte for byte what the model's own Jinja
+// template renders (tests/test_chat_ref.c checks them against it).
 //
 // Families (canonical name = the name llama.cpp uses; aliases in brackets):
 //   chatml [qwen2]         <|im_start|>role\n...<|im_end|>\n  (Qwen1.5/2/2.5, Qwen-MoE)
@@ -39,8 +41,8 @@
 //                          <think> (</think> with thinking off)
 //   zephyr                 <|role|>\n...<|endoftext|>\n (llama.cpp's zephyr, which ends every
 //                          message with <|endoftext|>, as stablelm-2-zephyr does)
-//   gpt-oss [harmony]      OpenAI's harmony format (gpt-oss-20b/120b): <|start|>role<|message|>...<|end|>,
-//                          assistant turns on channels (<|channel|>analysis / final /
+//   gpt-oss [harmony]      OpenAI's harmony format (gpt-oss-20b/120b):
+//                          <|start|>role<|message|>...<|end|>, assistant turns on channels (<|channel|>analysis / final /
 //                          commentary), a system message with the reasoning effort and the
 //                          knowledge cutoff and date lines, the first system or developer
 //                          message as the developer's "# Instructions", tools as a TypeScript
@@ -58,7 +60,7 @@
 //                          transformers' Jinja settings (trim_blocks, lstrip_blocks).
 //
 // BOS: no format writes a BOS at the start, as in llama.cpp. The templates of
-// Mistral/Mixtral, Llama-3, DeepSeek and OLMoE open with {{ bos_token }};
+// Mistral/Mixtral, Llama-3, DeepSeek, Gemma and OLMoE open with {{ bos_token }};
 // llama.cpp gets that BOS from tokenizing the prompt with the vocabulary's
 // add_bos setting (tokenizer.ggml.add_bos_token), so tokenize the output with
 // that setting and with special tokens parsed. ChatML (Qwen) uses no BOS.
