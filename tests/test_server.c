@@ -126,10 +126,10 @@ static void test_shapes(void **st) {
   cJSON_Delete(o);
   mole_free(j);
   // stream chunks: the opening one carries the role, the last the finish reason
-  char *s = srv_api_chunk(&c, r, &(srv_span){0, 0, 0, 0, 0, 0}, true, NULL);
+  char *s = srv_api_chunk(&c, r, &(srv_span){0}, true, NULL);
   assert_true(!strncmp(s, "data: {", 7) && strstr(s, "\"role\":\"assistant\"") && !strcmp(s + strlen(s) - 2, "\n\n"));
   mole_free(s);
-  s = srv_api_chunk(&c, r, &(srv_span){2, 5, 0, 0, 0, 0}, false, "length");
+  s = srv_api_chunk(&c, r, &(srv_span){.from = 2, .to = 5}, false, "length");
   o = cJSON_Parse(s + 6);
   ch = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
   assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(ch, "delta"), "content")->valuestring, "llo");
@@ -193,18 +193,57 @@ static void test_harmony(void **st) {
   cJSON_Delete(o);
   mole_free(j);
   // chunks: reasoning only (no content key), then content only
-  char *s = srv_api_chunk(&c, r, &(srv_span){0, 0, 0, 4, 0, 0}, false, NULL);
+  char *s = srv_api_chunk(&c, r, &(srv_span){.rto = 4}, false, NULL);
   o = cJSON_Parse(s + 6);
   const cJSON *d = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "delta");
   assert_string_equal(cJSON_GetObjectItem(d, "reasoning_content")->valuestring, "2+2 ");
   assert_null(cJSON_GetObjectItem(d, "content"));
   cJSON_Delete(o);
   mole_free(s);
-  s = srv_api_chunk(&c, r, &(srv_span){0, 1, 9, 9, 0, 0}, false, "stop");
+  s = srv_api_chunk(&c, r, &(srv_span){.to = 1, .rfrom = 9, .rto = 9}, false, "stop");
   o = cJSON_Parse(s + 6);
   d = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "delta");
   assert_string_equal(cJSON_GetObjectItem(d, "content")->valuestring, "4");
   assert_null(cJSON_GetObjectItem(d, "reasoning_content"));
+  assert_null(cJSON_GetObjectItem(d, "tool_calls"));
+  cJSON_Delete(o);
+  mole_free(s);
+
+  // a tool call (gpt-oss's commentary to functions.NAME): tool_calls, finish_reason tool_calls
+  snprintf(r->tool_name, sizeof r->tool_name, "weather");
+  r->tool_args = mole_strdup("{\"city\":\"Oslo\"}");
+  r->n_tool_args = strlen(r->tool_args);
+  r->finish = "tool_calls";
+  j = srv_api_response(&c, r);
+  o = cJSON_Parse(j);
+  const cJSON *ch0 = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
+  const cJSON *tc = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(ch0, "message"), "tool_calls"), 0);
+  assert_string_equal(cJSON_GetObjectItem(tc, "type")->valuestring, "function");
+  assert_true(!strncmp(cJSON_GetObjectItem(tc, "id")->valuestring, "call_", 5));
+  assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(tc, "function"), "name")->valuestring, "weather");
+  assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(tc, "function"), "arguments")->valuestring,
+                      "{\"city\":\"Oslo\"}");
+  assert_string_equal(cJSON_GetObjectItem(ch0, "finish_reason")->valuestring, "tool_calls");
+  cJSON_Delete(o);
+  mole_free(j);
+  // streamed: the head (id, type, name) once, then arguments in pieces
+  s = srv_api_chunk(&c, r, &(srv_span){.tool_head = true, .tto = 3}, false, NULL);
+  o = cJSON_Parse(s + 6);
+  d = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "delta");
+  tc = cJSON_GetArrayItem(cJSON_GetObjectItem(d, "tool_calls"), 0);
+  assert_int_equal(cJSON_GetObjectItem(tc, "index")->valueint, 0);
+  assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(tc, "function"), "name")->valuestring, "weather");
+  assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(tc, "function"), "arguments")->valuestring, "{\"c");
+  cJSON_Delete(o);
+  mole_free(s);
+  s = srv_api_chunk(&c, r, &(srv_span){.tfrom = 3, .tto = r->n_tool_args}, false, "tool_calls");
+  o = cJSON_Parse(s + 6);
+  d = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "delta");
+  tc = cJSON_GetArrayItem(cJSON_GetObjectItem(d, "tool_calls"), 0);
+  assert_null(cJSON_GetObjectItem(tc, "id"));
+  assert_null(cJSON_GetObjectItem(cJSON_GetObjectItem(tc, "function"), "name"));
+  assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(tc, "function"), "arguments")->valuestring,
+                      "ity\":\"Oslo\"}");
   cJSON_Delete(o);
   mole_free(s);
   srv_req_release(r);

@@ -55,6 +55,9 @@ typedef struct srv_req {
   size_t n_text, cap_text;  // split: the content
   char *reasoning;       // with split: the reasoning (reasoning_content), as text is
   size_t n_reasoning, cap_reasoning;
+  char tool_name[128];   // with split: the function the model calls ("" none; gpt-oss: one a response)
+  char *tool_args;       // its arguments as the model writes them
+  size_t n_tool_args, cap_tool_args;
   srv_logprob *lp;       // [n_lp] when top_logprobs >= 0
   int64_t n_lp, cap_lp;
   int64_t n_gen;         // tokens generated
@@ -142,11 +145,14 @@ char *srv_api_response(const srv_api_ctx *c, const srv_req *r);
 typedef struct srv_span {
   size_t from, to, rfrom, rto;
   int64_t lp_from, lp_to;
+  bool tool_head;    // announce the tool call (its id and name)
+  size_t tfrom, tto;  // tool arguments
 } srv_span;
 
 // One SSE event ("data: {...}\n\n") for span s of a streaming request: the
-// text as content (chat) or text, the reasoning as reasoning_content (as
-// llama-server sends it); finish != NULL adds the finish_reason (and usage).
+// text as content (chat) or text, the reasoning as reasoning_content, a tool
+// call as tool_calls (as llama-server sends them); finish != NULL adds the
+// finish_reason (and usage).
 // first: the chat stream's opening chunk with the role. mole_malloc'd.
 char *srv_api_chunk(const srv_api_ctx *c, const srv_req *r, const srv_span *s, bool first, const char *finish);
 // {"error": {"message", "type", "code"}} (mole_malloc'd)

@@ -414,6 +414,23 @@ static char *print(cJSON *o) {
   return d;
 }
 
+// {"index": 0, "id", "type": "function", "function": {"name", "arguments"}}: with_head adds the
+// id, type and name (a stream's first tool chunk); args NULL leaves the arguments out.
+static cJSON *tool_call(const srv_req *r, bool with_head, const char *args) {
+  cJSON *tc = cJSON_CreateObject(), *fn;
+  cJSON_AddNumberToObject(tc, "index", 0);
+  if (with_head) {
+    char id[64];
+    snprintf(id, sizeof id, "call_%s", r->id);
+    cJSON_AddStringToObject(tc, "id", id);
+    cJSON_AddStringToObject(tc, "type", "function");
+  }
+  fn = cJSON_AddObjectToObject(tc, "function");
+  if (with_head) cJSON_AddStringToObject(fn, "name", r->tool_name);
+  if (args) cJSON_AddStringToObject(fn, "arguments", args);
+  return tc;
+}
+
 char *srv_api_response(const srv_api_ctx *c, const srv_req *r) {
   cJSON *o = head(c, r, r->chat ? "chat.completion" : "text_completion");
   cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
@@ -424,6 +441,8 @@ char *srv_api_response(const srv_api_ctx *c, const srv_req *r) {
     cJSON_AddStringToObject(m, "role", "assistant");
     cJSON_AddStringToObject(m, "content", text);
     if (r->n_reasoning) cJSON_AddStringToObject(m, "reasoning_content", r->reasoning);
+    if (r->tool_name[0])
+      cJSON_AddItemToArray(cJSON_AddArrayToObject(m, "tool_calls"), tool_call(r, true, r->n_tool_args ? r->tool_args : ""));
   } else {
     cJSON_AddStringToObject(ch, "text", text);
   }
@@ -464,9 +483,11 @@ char *srv_api_chunk(const srv_api_ctx *c, const srv_req *r, const srv_span *sp, 
   cJSON_AddNumberToObject(ch, "index", 0);
   char *piece = slice(r->text, from, to);
   char *rpiece = sp->rto > sp->rfrom ? slice(r->reasoning, sp->rfrom, sp->rto) : NULL;
-  if (!piece || (sp->rto > sp->rfrom && !rpiece)) {
+  char *tpiece = sp->tto > sp->tfrom ? slice(r->tool_args, sp->tfrom, sp->tto) : NULL;
+  if (!piece || (sp->rto > sp->rfrom && !rpiece) || (sp->tto > sp->tfrom && !tpiece)) {
     mole_free(piece);
     mole_free(rpiece);
+    mole_free(tpiece);
     cJSON_Delete(o);
     cJSON_Delete(ch);
     return NULL;
@@ -476,11 +497,15 @@ char *srv_api_chunk(const srv_api_ctx *c, const srv_req *r, const srv_span *sp, 
     if (first) cJSON_AddStringToObject(d, "role", "assistant");
     if (rpiece) cJSON_AddStringToObject(d, "reasoning_content", rpiece);
     if (to > from || (first && !rpiece)) cJSON_AddStringToObject(d, "content", piece);
+    if (sp->tool_head || tpiece)
+      cJSON_AddItemToArray(cJSON_AddArrayToObject(d, "tool_calls"),
+                           tool_call(r, sp->tool_head, tpiece ? tpiece : sp->tool_head ? "" : NULL));
   } else {
     cJSON_AddStringToObject(ch, "text", piece);
   }
   mole_free(piece);
   mole_free(rpiece);
+  mole_free(tpiece);
   if (r->top_logprobs >= 0 && lp_to > lp_from)
     cJSON_AddItemToObject(ch, "logprobs",
                           r->chat ? chat_logprobs(c, r, lp_from, lp_to) : completion_logprobs(c, r, lp_from, lp_to));

@@ -80,6 +80,7 @@ void srv_req_release(srv_req *r) {
   for (int64_t i = 0; i < r->n_stops; i++) mole_free(r->stops[i]);
   mole_free(r->text);
   mole_free(r->reasoning);
+  mole_free(r->tool_args);
   mole_free(r->lp);
   pthread_mutex_destroy(&r->mu);
   pthread_cond_destroy(&r->cv);
@@ -87,11 +88,13 @@ void srv_req_release(srv_req *r) {
 }
 
 // Appends bytes to one of the request's outputs (under its lock) and wakes its reader.
-static void req_append_to(srv_req *r, bool reasoning, const char *s, size_t n) {
+static void req_append_to(srv_req *r, chat_part part, const char *s, size_t n) {
   if (n == 0) return;
   pthread_mutex_lock(&r->mu);
-  char **buf = reasoning ? &r->reasoning : &r->text;
-  size_t *len = reasoning ? &r->n_reasoning : &r->n_text, *cap = reasoning ? &r->cap_reasoning : &r->cap_text;
+  char **buf = &r->text;
+  size_t *len = &r->n_text, *cap = &r->cap_text;
+  if (part == CHAT_PART_REASONING) buf = &r->reasoning, len = &r->n_reasoning, cap = &r->cap_reasoning;
+  if (part == CHAT_PART_TOOL_ARGS) buf = &r->tool_args, len = &r->n_tool_args, cap = &r->cap_tool_args;
   if (*len + n + 1 > *cap) {
     size_t nc = MOLE_MAX(*cap * 2, *len + n + 256);
     char *t = mole_realloc(*buf, nc);
@@ -109,22 +112,32 @@ static void req_append_to(srv_req *r, bool reasoning, const char *s, size_t n) {
   pthread_mutex_unlock(&r->mu);
 }
 
-// chat_parser's parts: content and reasoning to their outputs. (Tool calls
-// are not part of this server's API yet: their text is dropped.)
+// chat_parser's parts to the request's outputs. A second tool call in one
+// output (gpt-oss stops at <|call|>, so only malformed output has one) adds
+// its arguments to the first's.
 static void req_part(void *ud, chat_part part, const char *s, size_t n) {
-  if (part == CHAT_PART_CONTENT || part == CHAT_PART_REASONING) req_append_to(ud, part == CHAT_PART_REASONING, s, n);
+  srv_req *r = ud;
+  if (part != CHAT_PART_TOOL_NAME) {
+    req_append_to(r, part, s, n);
+    return;
+  }
+  pthread_mutex_lock(&r->mu);
+  if (!r->tool_name[0]) snprintf(r->tool_name, sizeof r->tool_name, "%.*s", (int)MOLE_MIN(n, sizeof r->tool_name - 1), s);
+  if (!r->tool_name[0]) snprintf(r->tool_name, sizeof r->tool_name, "unnamed");
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
 }
 
 // Text let through by the stop matcher: to the parser when the request has one.
 static void slot_output(slot *sl, const char *s, size_t n) {
   if (sl->parser) chat_parser_feed(sl->parser, s, n, req_part, sl->req);
-  else req_append_to(sl->req, false, s, n);
+  else req_append_to(sl->req, CHAT_PART_CONTENT, s, n);
 }
 
 static void req_finish(srv_req *r, const char *finish, int status, const char *err) {
   pthread_mutex_lock(&r->mu);
   r->done = true;
-  r->finish = finish;
+  r->finish = finish && r->tool_name[0] && !strcmp(finish, "stop") ? "tool_calls" : finish;
   if (status) {
     r->http_status = status;
     snprintf(r->err, sizeof r->err, "%s", err);
