@@ -166,8 +166,12 @@ typedef struct chat_options {
 // other than those above, channel markers in an assistant's content or
 // reasoning, a tool turn with no call before it, content and reasoning both in
 // a turn with a tool call, a reasoning effort other than low/medium/high,
-// tool_args or tools that are not the JSON described; and for the other
-// families a developer or tool turn or a tool call.
+// tool_args or tools that are not the JSON described; for the other families
+// a tool turn or a tool call, and a developer turn except for gemma4 (which
+// takes it as system); for qwen3.5 a later system turn or no user turn (its
+// template's rules). The reasoning of glm4.5/4.7, qwen3/3.5 and gemma4 turns
+// renders as their templates show it; the llama.cpp formats ignore it. A
+// NULL content is "" for gpt-oss, GLM, Qwen3 and Gemma, an error elsewhere.
 mole_status chat_format_turns(chat_tmpl tmpl, const chat_turn *turns, int64_t n, bool add_assistant_prompt,
                               const chat_options *opt, char **out);
 
