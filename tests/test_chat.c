@@ -103,6 +103,9 @@ static void test_format_families(void **st) {
     mole_free(out);
     covered[k_expect[i].t] = true;
   }
+  // checked against their own templates in tests/test_chat_ref.c (gpt-oss's prompts are dated)
+  covered[CHAT_TMPL_GPT_OSS] = covered[CHAT_TMPL_GLM45] = covered[CHAT_TMPL_GLM47] = true;
+  covered[CHAT_TMPL_QWEN3] = covered[CHAT_TMPL_QWEN35] = covered[CHAT_TMPL_GEMMA4] = true;
   for (int t = 1; t < CHAT_TMPL_COUNT; t++)
     if (!covered[t]) fail_msg("no expected output for %s", chat_template_name((chat_tmpl)t));
 }
@@ -191,12 +194,18 @@ static void test_detect_real_templates(void **st) {
       {"mixtral-8x7b-instruct-v0.1-orig", CHAT_TMPL_LLAMA2},
       {"mixtral-8x7b-instruct-v0.1", CHAT_TMPL_MISTRAL_V1},
       {"qwen2", CHAT_TMPL_CHATML},
-      {"qwen3", CHAT_TMPL_CHATML},
+      {"qwen3", CHAT_TMPL_QWEN3},
+      {"qwen3.5", CHAT_TMPL_QWEN35},
+      {"deepseek-v3", CHAT_TMPL_DEEPSEEK3},
       {"llama3", CHAT_TMPL_LLAMA3},
       {"deepseek-v2", CHAT_TMPL_DEEPSEEK2},
       {"deepseek-r1", CHAT_TMPL_DEEPSEEK3},
       {"olmoe-1b-7b-0924-instruct", CHAT_TMPL_TULU},
       {"zephyr", CHAT_TMPL_ZEPHYR},
+      {"gpt-oss", CHAT_TMPL_GPT_OSS},
+      {"glm-4.6", CHAT_TMPL_GLM45},
+      {"glm-4.7-flash", CHAT_TMPL_GLM47},
+      {"gemma-4", CHAT_TMPL_GEMMA4},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     char *tmpl = read_template(cases[i].file);
@@ -260,6 +269,9 @@ static void test_detect_llama_cpp_strings(void **st) {
       {"chatml", CHAT_TMPL_CHATML},
       {"deepseek3", CHAT_TMPL_DEEPSEEK3},
       {"mistral", CHAT_TMPL_LLAMA2},
+      {"harmony", CHAT_TMPL_GPT_OSS},
+      {"gpt-oss", CHAT_TMPL_GPT_OSS},
+      {"glm4.7", CHAT_TMPL_GLM47},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     chat_tmpl got = chat_template_detect(cases[i].tmpl);
@@ -278,7 +290,10 @@ static void test_names(void **st) {
   }
   assert_int_equal(chat_template_from_name("mistral"), CHAT_TMPL_LLAMA2);
   assert_int_equal(chat_template_from_name("olmoe"), CHAT_TMPL_TULU);
-  assert_int_equal(chat_template_from_name("qwen3"), CHAT_TMPL_CHATML);
+  assert_int_equal(chat_template_from_name("qwen3"), CHAT_TMPL_QWEN3);
+  assert_int_equal(chat_template_from_name("qwen2"), CHAT_TMPL_CHATML);
+  assert_int_equal(chat_template_from_name("harmony"), CHAT_TMPL_GPT_OSS);
+  assert_int_equal(chat_template_from_name("glm4.6"), CHAT_TMPL_GLM45);
   assert_int_equal(chat_template_from_name("gemma"), CHAT_TMPL_UNKNOWN);
   assert_int_equal(chat_template_from_name(NULL), CHAT_TMPL_UNKNOWN);
   assert_string_equal(chat_template_name(CHAT_TMPL_UNKNOWN), "unknown");

@@ -126,10 +126,10 @@ static void test_shapes(void **st) {
   cJSON_Delete(o);
   mole_free(j);
   // stream chunks: the opening one carries the role, the last the finish reason
-  char *s = srv_api_chunk(&c, r, 0, 0, 0, 0, true, NULL);
+  char *s = srv_api_chunk(&c, r, &(srv_span){0}, true, NULL);
   assert_true(!strncmp(s, "data: {", 7) && strstr(s, "\"role\":\"assistant\"") && !strcmp(s + strlen(s) - 2, "\n\n"));
   mole_free(s);
-  s = srv_api_chunk(&c, r, 2, 5, 0, 0, false, "length");
+  s = srv_api_chunk(&c, r, &(srv_span){.from = 2, .to = 5}, false, "length");
   o = cJSON_Parse(s + 6);
   ch = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
   assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(ch, "delta"), "content")->valuestring, "llo");
@@ -149,6 +149,154 @@ static void test_shapes(void **st) {
   }
 }
 
+// gpt-oss: developer, reasoning, tool turns and the reasoning effort reach the
+// harmony prompt; the output is split (reasoning_content beside content), in
+// whole responses and in stream chunks.
+static void test_harmony(void **st) {
+  (void)st;
+  srv_api_ctx c = {g_voc, CHAT_TMPL_GPT_OSS, "gpt-oss", 100, 4000};
+  char err[256] = "";
+  const char *body =
+      "{\"messages\":[{\"role\":\"developer\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Weather?\"},"
+      "{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"Call it.\",\"tool_calls\":[{\"id\":\"c1\","
+      "\"type\":\"function\",\"function\":{\"name\":\"weather\",\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\"}\"}}]},"
+      "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"-3 C\"}],"
+      "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"weather\",\"description\":\"Weather now\","
+      "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}],"
+      "\"chat_template_kwargs\":{\"reasoning_effort\":\"high\"}}";
+  srv_req *r = srv_api_parse(&c, true, body, strlen(body), err, sizeof err);
+  if (!r) fail_msg("%s", err);
+  assert_int_equal(r->split, CHAT_TMPL_GPT_OSS);
+  char *prompt = NULL;
+  size_t pn = 0;
+  assert_int_equal(tok_decode(g_voc, r->prompt, r->n_prompt, TOK_DECODE_STRIP_SPACE, &prompt, &pn), MOLE_OK);
+  static const char *const want[] = {
+      "Reasoning: high", "# Instructions\n\nBe brief.", "type weather = (_: {\ncity?: string,\n}) => any;",
+      "<|start|>assistant<|channel|>analysis<|message|>Call it.<|end|>",
+      "<|start|>assistant to=functions.weather<|channel|>commentary json<|message|>{\"city\": \"Oslo\"}<|call|>",
+      "<|start|>functions.weather to=assistant<|channel|>commentary<|message|>\"-3 C\"<|end|><|start|>assistant"};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+    if (!strstr(prompt, want[i])) fail_msg("the prompt lacks [%s]:\n%s", want[i], prompt);
+  mole_free(prompt);
+
+  // the engine's output: reasoning and content apart
+  r->text = mole_strdup("4");
+  r->n_text = 1;
+  r->reasoning = mole_strdup("2+2 is 4.");
+  r->n_reasoning = 9;
+  r->finish = "stop";
+  char *j = srv_api_response(&c, r);
+  cJSON *o = cJSON_Parse(j);
+  const cJSON *msg = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "message");
+  assert_string_equal(cJSON_GetObjectItem(msg, "content")->valuestring, "4");
+  assert_string_equal(cJSON_GetObjectItem(msg, "reasoning_content")->valuestring, "2+2 is 4.");
+  cJSON_Delete(o);
+  mole_free(j);
+  // chunks: reasoning only (no content key), then content only
+  char *s = srv_api_chunk(&c, r, &(srv_span){.rto = 4}, false, NULL);
+  o = cJSON_Parse(s + 6);
+  const cJSON *d = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "delta");
+  assert_string_equal(cJSON_GetObjectItem(d, "reasoning_content")->valuestring, "2+2 ");
+  assert_null(cJSON_GetObjectItem(d, "content"));
+  cJSON_Delete(o);
+  mole_free(s);
+  s = srv_api_chunk(&c, r, &(srv_span){.to = 1, .rfrom = 9, .rto = 9}, false, "stop");
+  o = cJSON_Parse(s + 6);
+  d = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "delta");
+  assert_string_equal(cJSON_GetObjectItem(d, "content")->valuestring, "4");
+  assert_null(cJSON_GetObjectItem(d, "reasoning_content"));
+  assert_null(cJSON_GetObjectItem(d, "tool_calls"));
+  cJSON_Delete(o);
+  mole_free(s);
+
+  // a tool call (gpt-oss's commentary to functions.NAME): tool_calls, finish_reason tool_calls
+  snprintf(r->tool_name, sizeof r->tool_name, "weather");
+  r->tool_args = mole_strdup("{\"city\":\"Oslo\"}");
+  r->n_tool_args = strlen(r->tool_args);
+  r->finish = "tool_calls";
+  j = srv_api_response(&c, r);
+  o = cJSON_Parse(j);
+  const cJSON *ch0 = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
+  const cJSON *tc = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(ch0, "message"), "tool_calls"), 0);
+  assert_string_equal(cJSON_GetObjectItem(tc, "type")->valuestring, "function");
+  assert_true(!strncmp(cJSON_GetObjectItem(tc, "id")->valuestring, "call_", 5));
+  assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(tc, "function"), "name")->valuestring, "weather");
+  assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(tc, "function"), "arguments")->valuestring,
+                      "{\"city\":\"Oslo\"}");
+  assert_string_equal(cJSON_GetObjectItem(ch0, "finish_reason")->valuestring, "tool_calls");
+  cJSON_Delete(o);
+  mole_free(j);
+  // streamed: the head (id, type, name) once, then arguments in pieces
+  s = srv_api_chunk(&c, r, &(srv_span){.tool_head = true, .tto = 3}, false, NULL);
+  o = cJSON_Parse(s + 6);
+  d = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "delta");
+  tc = cJSON_GetArrayItem(cJSON_GetObjectItem(d, "tool_calls"), 0);
+  assert_int_equal(cJSON_GetObjectItem(tc, "index")->valueint, 0);
+  assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(tc, "function"), "name")->valuestring, "weather");
+  assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(tc, "function"), "arguments")->valuestring, "{\"c");
+  cJSON_Delete(o);
+  mole_free(s);
+  s = srv_api_chunk(&c, r, &(srv_span){.tfrom = 3, .tto = r->n_tool_args}, false, "tool_calls");
+  o = cJSON_Parse(s + 6);
+  d = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "delta");
+  tc = cJSON_GetArrayItem(cJSON_GetObjectItem(d, "tool_calls"), 0);
+  assert_null(cJSON_GetObjectItem(tc, "id"));
+  assert_null(cJSON_GetObjectItem(cJSON_GetObjectItem(tc, "function"), "name"));
+  assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(tc, "function"), "arguments")->valuestring,
+                      "ity\":\"Oslo\"}");
+  cJSON_Delete(o);
+  mole_free(s);
+  srv_req_release(r);
+
+  // bad requests name what is wrong
+  static const struct {
+    const char *body, *needle;
+  } bads[] = {
+      {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"max\"}", "reasoning effort \"max\""},
+      {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":3}", "'reasoning_effort'"},
+      {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":{}}", "'tools'"},
+      {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"tool\",\"content\":\"y\"}]}", "no assistant tool call"},
+      {"{\"messages\":[{\"role\":\"narrator\",\"content\":\"x\"}]}", "expected system, developer, user, tool"},
+      {"{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"function\":{\"name\":7}}]}]}", "tool_calls"},
+      {"{\"messages\":[{\"role\":\"assistant\",\"content\":\"a\",\"reasoning_content\":[]}]}", "reasoning_content"},
+  };
+  for (size_t i = 0; i < sizeof bads / sizeof bads[0]; i++) {
+    err[0] = 0;
+    r = srv_api_parse(&c, true, bads[i].body, strlen(bads[i].body), err, sizeof err);
+    if (r) fail_msg("accepted: %s", bads[i].body);
+    if (!strstr(err, bads[i].needle)) fail_msg("%s: message '%s' lacks '%s'", bads[i].body, err, bads[i].needle);
+  }
+  // GLM-4.7: the prompt ends inside <think>, history reasoning reaches the prompt, thinking can be turned off
+  c.tmpl = CHAT_TMPL_GLM47;
+  const char *glm = "{\"messages\":[{\"role\":\"user\",\"content\":\"Q\"},{\"role\":\"assistant\",\"content\":\"A\","
+                    "\"reasoning_content\":\"R\"}]}";
+  r = srv_api_parse(&c, true, glm, strlen(glm), err, sizeof err);
+  if (!r) fail_msg("%s", err);
+  assert_int_equal(r->split, CHAT_TMPL_GLM47);
+  assert_true(r->split_thinking);
+  assert_int_equal(tok_decode(g_voc, r->prompt, r->n_prompt, TOK_DECODE_STRIP_SPACE, &prompt, &pn), MOLE_OK);
+  assert_non_null(strstr(prompt, "<|assistant|><think>R</think>A<|assistant|><think>"));
+  mole_free(prompt);
+  srv_req_release(r);
+  const char *off = "{\"messages\":[{\"role\":\"user\",\"content\":\"Q\"}],\"chat_template_kwargs\":{\"enable_thinking\":false}}";
+  r = srv_api_parse(&c, true, off, strlen(off), err, sizeof err);
+  if (!r) fail_msg("%s", err);
+  assert_false(r->split_thinking);
+  srv_req_release(r);
+  const char *badkw = "{\"messages\":[{\"role\":\"user\",\"content\":\"Q\"}],\"chat_template_kwargs\":{\"enable_thinking\":1}}";
+  assert_null(srv_api_parse(&c, true, badkw, strlen(badkw), err, sizeof err));
+  assert_non_null(strstr(err, "'enable_thinking'"));
+  // templates without reasoning: no split, tool turns refused
+  c.tmpl = CHAT_TMPL_LLAMA3;
+  const char *plain = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+  r = srv_api_parse(&c, true, plain, strlen(plain), err, sizeof err);
+  assert_non_null(r);
+  assert_int_equal(r->split, CHAT_TMPL_UNKNOWN);
+  srv_req_release(r);
+  const char *tool = "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}";
+  assert_null(srv_api_parse(&c, true, tool, strlen(tool), err, sizeof err));
+}
+
 int main(void) {
   gguf_file *f;
   if (gguf_open(tu_path("tests/data/conformance/tokenizer/ggml-vocab-llama-spm.gguf"), &f) || tok_load(f, &g_voc)) {
@@ -156,7 +304,8 @@ int main(void) {
     return 1;
   }
   gguf_close(f);
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_utf8), cmocka_unit_test(test_parse), cmocka_unit_test(test_shapes)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_utf8), cmocka_unit_test(test_parse), cmocka_unit_test(test_shapes),
+                                     cmocka_unit_test(test_harmony)};
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   tok_free(g_voc);
   return rc;

@@ -765,6 +765,70 @@ static void test_load_errors(void **state) {
   close_vocab(g);
 }
 
+// tokenizer.ggml.model = gemma4 on a small hand-made vocabulary: spaces escaped
+// to U+2581, merges on raw UTF-8, a newline run that is a token taken whole
+// (a longer one merged), <0xNN> for a byte with no token, BOS added, and back.
+static void test_gemma4_model(void **state) {
+  (void)state;
+  enum { N_BASE = 4, N_WORDS = 12 };
+  static const char *const words[N_WORDS] = {"\xe2\x96\x81", "h",  "e",   "l",     "o",     "\n",
+                                             "\n\n",        "he", "ll",  "llo",   "hello", "\xe2\x96\x81hello"};
+  static const char *const merges[] = {"h e", "l l", "ll o", "he llo", "\xe2\x96\x81 hello", "\n \n"};
+  const char *toks[N_BASE + 256 + N_WORDS];
+  char bytes[256][8];
+  int32_t types[N_BASE + 256 + N_WORDS];
+  static const char *const base[N_BASE] = {"<pad>", "<eos>", "<bos>", "<unk>"};
+  for (int i = 0; i < N_BASE; i++) toks[i] = base[i], types[i] = TOK_TYPE_CONTROL;
+  for (int i = 0; i < 256; i++) {
+    snprintf(bytes[i], sizeof bytes[i], "<0x%02X>", i);
+    toks[N_BASE + i] = bytes[i], types[N_BASE + i] = TOK_TYPE_BYTE;
+  }
+  for (int i = 0; i < N_WORDS; i++) toks[N_BASE + 256 + i] = words[i], types[N_BASE + 256 + i] = TOK_TYPE_NORMAL;
+  const int32_t W = N_BASE + 256;  // id of words[0]
+  char path[] = "/tmp/mole_gemma4_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  gguf_writer *w = NULL;
+  assert_int_equal(gguf_writer_new(&w), MOLE_OK);
+  assert_int_equal(gguf_writer_set_str(w, "tokenizer.ggml.model", "gemma4"), MOLE_OK);
+  assert_int_equal(gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, N_BASE + 256 + N_WORDS), MOLE_OK);
+  assert_int_equal(gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_T_INT32, types, N_BASE + 256 + N_WORDS),
+                   MOLE_OK);
+  assert_int_equal(gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, 6), MOLE_OK);
+  assert_int_equal(gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 2), MOLE_OK);
+  assert_int_equal(gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", false), MOLE_OK);  // overridden
+  assert_int_equal(gguf_writer_begin(w, path), MOLE_OK);
+  assert_int_equal(gguf_writer_finish(w), MOLE_OK);
+  gguf_writer_free(w);
+  gguf_file *f = NULL;
+  tok_vocab *v = NULL;
+  assert_int_equal(gguf_open(path, &f), MOLE_OK);
+  assert_int_equal(tok_load(f, &v), MOLE_OK);
+  assert_string_equal(tok_pre_name(v), "gemma4");
+  assert_true(tok_add_bos(v));
+  int32_t ids[64];
+  // "hello hello\n\n\n\x01": BOS, hello, ▁hello, "\n\n"+"\n" (a run of three is no token: merged), <0x01>
+  const char *s = "hello hello\n\n\n\x01";
+  int64_t n = encode(v, s, true, false, ids, 64);
+  const int32_t want[] = {2, W + 10, W + 11, W + 6, W + 5, N_BASE + 1};
+  assert_int_equal(n, 6);
+  assert_memory_equal(ids, want, sizeof want);
+  n = encode(v, "\n\n", false, false, ids, 64);  // a newline run that is a token: whole
+  assert_int_equal(n, 1);
+  assert_int_equal(ids[0], W + 6);
+  char *text = NULL;
+  size_t tn = 0;
+  n = encode(v, s, false, false, ids, 64);
+  assert_int_equal(tok_decode(v, ids, n, 0, &text, &tn), MOLE_OK);
+  assert_int_equal(tn, strlen(s));
+  assert_memory_equal(text, s, tn);
+  mole_free(text);
+  tok_free(v);
+  gguf_close(f);
+  unlink(path);
+}
+
 // Everything goes through mole_malloc (PCRE2 included) and comes back.
 static void test_memory(void **state) {
   (void)state;
@@ -793,7 +857,7 @@ int main(void) {
       cmocka_unit_test(test_pre_vectors),    cmocka_unit_test(test_pre_splits),
       cmocka_unit_test(test_fuzz),
       cmocka_unit_test(test_long_inputs),    cmocka_unit_test(test_load_errors),
-      cmocka_unit_test(test_memory),
+      cmocka_unit_test(test_memory),         cmocka_unit_test(test_gemma4_model),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

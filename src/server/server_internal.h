@@ -43,13 +43,21 @@ typedef struct srv_req {
   int64_t n_stops;
   int32_t top_logprobs;  // -1: no logprobs; else 0..SRV_MAX_TOP_LOGPROBS alternatives
   bool include_usage;    // stream: a last chunk with the usage (stream_options)
+  chat_tmpl split;       // chat with a reasoning template: its output split by chat_parser;
+                         // CHAT_TMPL_UNKNOWN: all of it is content
+  bool split_thinking;   // the prompt ends inside <think>: the output starts as reasoning
   char id[48];
   int64_t created;       // unix seconds
   // ---- output: under mu ----
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  char *text;            // generated text that is safe to show (no part of a stop string)
-  size_t n_text, cap_text;
+  char *text;            // generated text that is safe to show (no part of a stop string); with
+  size_t n_text, cap_text;  // split: the content
+  char *reasoning;       // with split: the reasoning (reasoning_content), as text is
+  size_t n_reasoning, cap_reasoning;
+  char tool_name[128];   // with split: the function the model calls ("" none; gpt-oss: one a response)
+  char *tool_args;       // its arguments as the model writes them
+  size_t n_tool_args, cap_tool_args;
   srv_logprob *lp;       // [n_lp] when top_logprobs >= 0
   int64_t n_lp, cap_lp;
   int64_t n_gen;         // tokens generated
@@ -132,12 +140,21 @@ typedef struct srv_api_ctx {
 srv_req *srv_api_parse(const srv_api_ctx *c, bool chat, const char *body, size_t n, char *err, size_t cap);
 // The whole response of a finished request (mole_malloc'd JSON).
 char *srv_api_response(const srv_api_ctx *c, const srv_req *r);
-// One SSE event ("data: {...}\n\n") for the text [from, to) and logprobs
-// [lp_from, lp_to) of a streaming request; finish != NULL adds the
-// finish_reason (and usage). first: the chat stream's opening chunk with
-// the role. mole_malloc'd.
-char *srv_api_chunk(const srv_api_ctx *c, const srv_req *r, size_t from, size_t to, int64_t lp_from, int64_t lp_to,
-                    bool first, const char *finish);
+// What a stream chunk carries: text [from, to), reasoning [rfrom, rto) (chat
+// with a reasoning template), logprobs [lp_from, lp_to).
+typedef struct srv_span {
+  size_t from, to, rfrom, rto;
+  int64_t lp_from, lp_to;
+  bool tool_head;    // announce the tool call (its id and name)
+  size_t tfrom, tto;  // tool arguments
+} srv_span;
+
+// One SSE event ("data: {...}\n\n") for span s of a streaming request: the
+// text as content (chat) or text, the reasoning as reasoning_content, a tool
+// call as tool_calls (as llama-server sends them); finish != NULL adds the
+// finish_reason (and usage).
+// first: the chat stream's opening chunk with the role. mole_malloc'd.
+char *srv_api_chunk(const srv_api_ctx *c, const srv_req *r, const srv_span *s, bool first, const char *finish);
 // {"error": {"message", "type", "code"}} (mole_malloc'd)
 char *srv_api_error(int status, const char *message);
 

@@ -74,13 +74,61 @@ static char *content_text(const cJSON *c, int64_t i, char *err, size_t cap) {
   return s;
 }
 
+// An assistant message's first tool call: its function's name and arguments (a JSON string, as the API sends it).
+static bool parse_tool_call(const cJSON *m, int64_t i, chat_turn *t, char *err, size_t cap) {
+  const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+  if (!calls || cJSON_IsNull(calls) || (cJSON_IsArray(calls) && !calls->child)) return true;
+  const cJSON *fn = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(calls, 0), "function");
+  const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name"), *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+  if (!cJSON_IsArray(calls) || !cJSON_IsString(name) || (args && !cJSON_IsString(args) && !cJSON_IsObject(args)))
+    return bad(err, cap, "'messages[%lld].tool_calls' must be [{\"function\": {\"name\": string, \"arguments\": string}}]",
+               (long long)i);
+  t->tool_name = name->valuestring;
+  if (cJSON_IsString(args)) {
+    t->tool_args = mole_strdup(args->valuestring);
+  } else if (args) {  // an object, as some clients send it
+    char *a = cJSON_PrintUnformatted(args);
+    t->tool_args = a ? mole_strdup(a) : NULL;
+    cJSON_free(a);
+  }
+  if (args && !t->tool_args) return bad(err, cap, "out of memory");
+  return true;
+}
+
+// The template's options from the request: reasoning_effort (OpenAI's field,
+// or llama-server's chat_template_kwargs), enable_thinking (chat_template_kwargs)
+// and tools.
+static bool parse_chat_options(const cJSON *root, chat_options *o, char **tools, char *err, size_t cap) {
+  const cJSON *eff = cJSON_GetObjectItemCaseSensitive(root, "reasoning_effort");
+  const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
+  if (!eff && cJSON_IsObject(kw)) eff = cJSON_GetObjectItemCaseSensitive(kw, "reasoning_effort");
+  if (eff && !cJSON_IsNull(eff)) {
+    if (!cJSON_IsString(eff)) return bad(err, cap, "'reasoning_effort' must be a string");
+    o->reasoning_effort = eff->valuestring;
+  }
+  if (cJSON_IsObject(kw) && cJSON_GetObjectItemCaseSensitive(kw, "enable_thinking")) {
+    bool think = true;
+    if (!get_bool(kw, "enable_thinking", &think, err, cap)) return false;
+    o->thinking = think ? CHAT_THINK_ON : CHAT_THINK_OFF;
+  }
+  const cJSON *tl = cJSON_GetObjectItemCaseSensitive(root, "tools");
+  if (tl && !cJSON_IsNull(tl)) {
+    if (!cJSON_IsArray(tl)) return bad(err, cap, "'tools' must be an array");
+    if (!(*tools = cJSON_PrintUnformatted(tl))) return bad(err, cap, "out of memory");
+    o->tools = *tools;
+  }
+  return true;
+}
+
 static bool parse_messages(const srv_api_ctx *c, const cJSON *root, char **text, char *err, size_t cap) {
   const cJSON *ms = cJSON_GetObjectItemCaseSensitive(root, "messages");
   if (!cJSON_IsArray(ms) || cJSON_GetArraySize(ms) == 0) return bad(err, cap, "'messages' must be a non-empty array");
   const int64_t n = cJSON_GetArraySize(ms);
   if (n > 4096) return bad(err, cap, "'messages' has %lld entries (at most 4096)", (long long)n);
-  chat_msg *msgs = mole_calloc((size_t)n, sizeof *msgs);
-  if (!msgs) return bad(err, cap, "out of memory");
+  chat_turn *t = mole_calloc((size_t)n, sizeof *t);
+  if (!t) return bad(err, cap, "out of memory");
+  const bool full = c->tmpl == CHAT_TMPL_GPT_OSS;  // the family that renders developer and tool turns
+  const bool reasoning = chat_template_has_reasoning(c->tmpl);
   bool ok = true;
   int64_t i = 0;
   const cJSON *m;
@@ -91,25 +139,49 @@ static bool parse_messages(const srv_api_ctx *c, const cJSON *root, char **text,
       break;
     }
     const char *r = role->valuestring;
-    if (!strcmp(r, "developer")) r = "system";  // OpenAI's newer name for it
-    if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
-      ok = bad(err, cap, "'messages[%lld].role' is '%.40s': expected system, developer, user or assistant", (long long)i,
-               role->valuestring);
+    if (!full && !strcmp(r, "developer")) r = "system";  // OpenAI's newer name for it
+    if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "developer") &&
+        (!full || strcmp(r, "tool"))) {
+      ok = bad(err, cap, "'messages[%lld].role' is '%.40s': expected system, developer, user%s or assistant", (long long)i,
+               role->valuestring, full ? ", tool" : "");
       break;
     }
-    if (!ct || !(msgs[i].content = content_text(ct, i, err, cap))) {
+    t[i].role = r;
+    if (reasoning && !strcmp(r, "assistant")) {
+      const cJSON *rc = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
+      if (!rc) rc = cJSON_GetObjectItemCaseSensitive(m, "thinking");
+      if (rc && !cJSON_IsNull(rc) && !cJSON_IsString(rc)) {
+        ok = bad(err, cap, "'messages[%lld].reasoning_content' must be a string", (long long)i);
+        break;
+      }
+      if (cJSON_IsString(rc)) t[i].reasoning = rc->valuestring;
+      if (full && !(ok = parse_tool_call(m, i, &t[i], err, cap))) break;
+    }
+    const bool may_lack = t[i].tool_name != NULL;  // an assistant turn that only calls a tool
+    if ((!ct || cJSON_IsNull(ct)) && may_lack) {
+      i++;
+      continue;
+    }
+    if (!ct || !(t[i].content = content_text(ct, i, err, cap))) {
       if (!ct) bad(err, cap, "'messages[%lld]' has no 'content'", (long long)i);
       ok = false;
       break;
     }
-    msgs[i++].role = r;
+    i++;
   }
+  chat_options opt = {0};
+  char *tools = NULL;
+  if (ok) ok = parse_chat_options(root, &opt, &tools, err, cap);
   if (ok) {
-    mole_status st = chat_format(c->tmpl, msgs, n, true, text);
+    mole_status st = chat_format_turns(c->tmpl, t, n, true, &opt, text);
     if (st) ok = bad(err, cap, "%s", mole_last_error());
   }
-  for (int64_t j = 0; j < n; j++) mole_free((void *)msgs[j].content);
-  mole_free(msgs);
+  for (int64_t j = 0; j < n; j++) {
+    mole_free((void *)t[j].content);
+    mole_free((void *)t[j].tool_args);
+  }
+  cJSON_free(tools);
+  mole_free(t);
   return ok;
 }
 
@@ -200,7 +272,10 @@ srv_req *srv_api_parse(const srv_api_ctx *c, bool chat, const char *body, size_t
     r->include_usage = inc;
   }
   if (ok) ok = chat ? parse_messages(c, root, &text, err, cap) : parse_prompt(c, root, r, &text, err, cap);
+  bool thinking = false;  // the prompt ends inside <think>
   if (ok && text) {
+    const size_t tl = strlen(text);
+    thinking = (tl >= 7 && !strcmp(text + tl - 7, "<think>")) || (tl >= 8 && !strcmp(text + tl - 8, "<think>\n"));
     int32_t *ids;
     int64_t ni;
     mole_status st = tok_encode(c->voc, text, strlen(text), true, true, &ids, &ni);
@@ -227,6 +302,8 @@ srv_req *srv_api_parse(const srv_api_ctx *c, bool chat, const char *body, size_t
   if (seed >= 0) sp.seed = (uint64_t)seed;
   r->sp = sp;
   r->chat = chat;
+  r->split = chat && chat_template_has_reasoning(c->tmpl) ? c->tmpl : CHAT_TMPL_UNKNOWN;
+  r->split_thinking = r->split != CHAT_TMPL_UNKNOWN && thinking;
   r->stream = stream;
   r->max_tokens = MOLE_MIN(max_tokens, c->max_tokens);
   r->created = (int64_t)time(NULL);
@@ -337,6 +414,23 @@ static char *print(cJSON *o) {
   return d;
 }
 
+// {"index": 0, "id", "type": "function", "function": {"name", "arguments"}}: with_head adds the
+// id, type and name (a stream's first tool chunk); args NULL leaves the arguments out.
+static cJSON *tool_call(const srv_req *r, bool with_head, const char *args) {
+  cJSON *tc = cJSON_CreateObject(), *fn;
+  cJSON_AddNumberToObject(tc, "index", 0);
+  if (with_head) {
+    char id[64];
+    snprintf(id, sizeof id, "call_%s", r->id);
+    cJSON_AddStringToObject(tc, "id", id);
+    cJSON_AddStringToObject(tc, "type", "function");
+  }
+  fn = cJSON_AddObjectToObject(tc, "function");
+  if (with_head) cJSON_AddStringToObject(fn, "name", r->tool_name);
+  if (args) cJSON_AddStringToObject(fn, "arguments", args);
+  return tc;
+}
+
 char *srv_api_response(const srv_api_ctx *c, const srv_req *r) {
   cJSON *o = head(c, r, r->chat ? "chat.completion" : "text_completion");
   cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
@@ -346,6 +440,9 @@ char *srv_api_response(const srv_api_ctx *c, const srv_req *r) {
     cJSON *m = cJSON_AddObjectToObject(ch, "message");
     cJSON_AddStringToObject(m, "role", "assistant");
     cJSON_AddStringToObject(m, "content", text);
+    if (r->n_reasoning) cJSON_AddStringToObject(m, "reasoning_content", r->reasoning);
+    if (r->tool_name[0])
+      cJSON_AddItemToArray(cJSON_AddArrayToObject(m, "tool_calls"), tool_call(r, true, r->n_tool_args ? r->tool_args : ""));
   } else {
     cJSON_AddStringToObject(ch, "text", text);
   }
@@ -369,27 +466,46 @@ static char *sse(cJSON *o) {
   return s;
 }
 
-char *srv_api_chunk(const srv_api_ctx *c, const srv_req *r, size_t from, size_t to, int64_t lp_from, int64_t lp_to,
-                    bool first, const char *finish) {
+// text[from, to) as a new string
+static char *slice(const char *text, size_t from, size_t to) {
+  char *p = mole_malloc(to - from + 1);
+  if (!p) return NULL;
+  if (to > from) memcpy(p, text + from, to - from);
+  p[to - from] = 0;
+  return p;
+}
+
+char *srv_api_chunk(const srv_api_ctx *c, const srv_req *r, const srv_span *sp, bool first, const char *finish) {
+  const size_t from = sp->from, to = sp->to;
+  const int64_t lp_from = sp->lp_from, lp_to = sp->lp_to;
   cJSON *o = head(c, r, r->chat ? "chat.completion.chunk" : "text_completion");
   cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
   cJSON_AddNumberToObject(ch, "index", 0);
-  char *piece = mole_malloc(to - from + 1);
-  if (!piece) {
+  char *piece = slice(r->text, from, to);
+  char *rpiece = sp->rto > sp->rfrom ? slice(r->reasoning, sp->rfrom, sp->rto) : NULL;
+  char *tpiece = sp->tto > sp->tfrom ? slice(r->tool_args, sp->tfrom, sp->tto) : NULL;
+  if (!piece || (sp->rto > sp->rfrom && !rpiece) || (sp->tto > sp->tfrom && !tpiece)) {
+    mole_free(piece);
+    mole_free(rpiece);
+    mole_free(tpiece);
     cJSON_Delete(o);
     cJSON_Delete(ch);
     return NULL;
   }
-  if (to > from) memcpy(piece, r->text + from, to - from);
-  piece[to - from] = 0;
   if (r->chat) {
     cJSON *d = cJSON_AddObjectToObject(ch, "delta");
     if (first) cJSON_AddStringToObject(d, "role", "assistant");
-    if (to > from || first) cJSON_AddStringToObject(d, "content", piece);
+    if (rpiece) cJSON_AddStringToObject(d, "reasoning_content", rpiece);
+    if (to > from || (first && !rpiece)) cJSON_AddStringToObject(d, "content", piece);
+    if (sp->tool_head || tpiece)
+      cJSON_AddItemToArray(cJSON_AddArrayToObject(d, "tool_calls"),
+                           tool_call(r, sp->tool_head, tpiece ? tpiece : sp->tool_head ? "" : NULL));
   } else {
     cJSON_AddStringToObject(ch, "text", piece);
   }
   mole_free(piece);
+  mole_free(rpiece);
+  mole_free(tpiece);
   if (r->top_logprobs >= 0 && lp_to > lp_from)
     cJSON_AddItemToObject(ch, "logprobs",
                           r->chat ? chat_logprobs(c, r, lp_from, lp_to) : completion_logprobs(c, r, lp_from, lp_to));

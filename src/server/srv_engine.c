@@ -25,6 +25,7 @@ typedef struct {
   srv_req *req;          // the engine's reference while running
   sampler *smp;          // per request
   stop_matcher *stop;    // per request
+  chat_parser *parser;   // per request with a reasoning template: splits reasoning from content
   int32_t *hist;         // [ctx] tokens in the KV cache
   int64_t n_hist;
   int64_t n_prefilled;   // prompt tokens in the cache
@@ -79,37 +80,65 @@ void srv_req_release(srv_req *r) {
   mole_free(r->prompt);
   for (int64_t i = 0; i < r->n_stops; i++) mole_free(r->stops[i]);
   mole_free(r->text);
+  mole_free(r->reasoning);
+  mole_free(r->tool_args);
   mole_free(r->lp);
   pthread_mutex_destroy(&r->mu);
   pthread_cond_destroy(&r->cv);
   mole_free(r);
 }
 
-// Appends bytes to the request's visible text (under its lock) and wakes its reader.
-static void req_append(srv_req *r, const char *s, size_t n) {
+// Appends bytes to one of the request's outputs (under its lock) and wakes its reader.
+static void req_append_to(srv_req *r, chat_part part, const char *s, size_t n) {
   if (n == 0) return;
   pthread_mutex_lock(&r->mu);
-  if (r->n_text + n + 1 > r->cap_text) {
-    size_t cap = MOLE_MAX(r->cap_text * 2, r->n_text + n + 256);
-    char *t = mole_realloc(r->text, cap);
+  char **buf = &r->text;
+  size_t *len = &r->n_text, *cap = &r->cap_text;
+  if (part == CHAT_PART_REASONING) buf = &r->reasoning, len = &r->n_reasoning, cap = &r->cap_reasoning;
+  if (part == CHAT_PART_TOOL_ARGS) buf = &r->tool_args, len = &r->n_tool_args, cap = &r->cap_tool_args;
+  if (*len + n + 1 > *cap) {
+    size_t nc = MOLE_MAX(*cap * 2, *len + n + 256);
+    char *t = mole_realloc(*buf, nc);
     if (!t) {  // keep what fits: the request ends short rather than wrong
       pthread_mutex_unlock(&r->mu);
       return;
     }
-    r->text = t;
-    r->cap_text = cap;
+    *buf = t;
+    *cap = nc;
   }
-  memcpy(r->text + r->n_text, s, n);
-  r->n_text += n;
-  r->text[r->n_text] = 0;
+  memcpy(*buf + *len, s, n);
+  *len += n;
+  (*buf)[*len] = 0;
   pthread_cond_broadcast(&r->cv);
   pthread_mutex_unlock(&r->mu);
+}
+
+// chat_parser's parts to the request's outputs. A second tool call in one
+// output (gpt-oss stops at <|call|>, so only malformed output has one) adds
+// its arguments to the first's.
+static void req_part(void *ud, chat_part part, const char *s, size_t n) {
+  srv_req *r = ud;
+  if (part != CHAT_PART_TOOL_NAME) {
+    req_append_to(r, part, s, n);
+    return;
+  }
+  pthread_mutex_lock(&r->mu);
+  if (!r->tool_name[0]) snprintf(r->tool_name, sizeof r->tool_name, "%.*s", (int)MOLE_MIN(n, sizeof r->tool_name - 1), s);
+  if (!r->tool_name[0]) snprintf(r->tool_name, sizeof r->tool_name, "unnamed");
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+}
+
+// Text let through by the stop matcher: to the parser when the request has one.
+static void slot_output(slot *sl, const char *s, size_t n) {
+  if (sl->parser) chat_parser_feed(sl->parser, s, n, req_part, sl->req);
+  else req_append_to(sl->req, CHAT_PART_CONTENT, s, n);
 }
 
 static void req_finish(srv_req *r, const char *finish, int status, const char *err) {
   pthread_mutex_lock(&r->mu);
   r->done = true;
-  r->finish = finish;
+  r->finish = finish && r->tool_name[0] && !strcmp(finish, "stop") ? "tool_calls" : finish;
   if (status) {
     r->http_status = status;
     snprintf(r->err, sizeof r->err, "%s", err);
@@ -128,8 +157,9 @@ static void slot_end(srv_engine *e, slot *sl, const char *finish, int status, co
       // the held tail of a stop-string prefix, and a character cut short
       stop_match sm;
       stop_matcher_flush(sl->stop, &sm);
-      req_append(r, sm.emit, sm.n_emit);
-      if (sl->n_utf8) req_append(r, "\xEF\xBF\xBD", 3);  // U+FFFD for the incomplete character
+      slot_output(sl, sm.emit, sm.n_emit);
+      if (sl->n_utf8) slot_output(sl, "\xEF\xBF\xBD", 3);  // U+FFFD for the incomplete character
+      if (sl->parser) chat_parser_finish(sl->parser, req_part, r);
     }
     req_finish(r, finish, status, err);
     pthread_mutex_lock(&e->mu);
@@ -142,8 +172,10 @@ static void slot_end(srv_engine *e, slot *sl, const char *finish, int status, co
   }
   sampler_free(sl->smp);
   stop_matcher_free(sl->stop);
+  chat_parser_free(sl->parser);
   sl->smp = NULL;
   sl->stop = NULL;
+  sl->parser = NULL;
   sl->req = NULL;
   sl->st = SLOT_IDLE;
   sl->n_utf8 = 0;
@@ -191,11 +223,13 @@ static void slot_start(srv_engine *e, srv_req *r) {
   best->req = r;
   r->n_cached = keep;
   if ((st = sampler_init(&r->sp, e->V, &best->smp)) ||
-      (st = stop_matcher_init((const char *const *)r->stops, r->n_stops, &best->stop))) {
+      (st = stop_matcher_init((const char *const *)r->stops, r->n_stops, &best->stop)) ||
+      (r->split != CHAT_TMPL_UNKNOWN && (st = chat_parser_new(r->split, &best->parser)))) {
     best->st = SLOT_PREFILL;  // slot_end expects a started slot
     slot_end(e, best, NULL, 400, mole_last_error());
     return;
   }
+  if (best->parser && r->split_thinking) chat_parser_in_thinking(best->parser);
   for (int64_t i = 0; i < r->n_prompt; i++) sampler_accept(best->smp, r->prompt[i]);  // penalties see the prompt
   best->st = SLOT_PREFILL;
   pthread_mutex_lock(&e->mu);
@@ -276,7 +310,7 @@ static bool emit_text(slot *sl, const char *piece, size_t n) {
   const size_t o = srv_utf8_take(sl->utf8, &sl->n_utf8, piece, n, out);
   stop_match sm;
   if (stop_matcher_feed(sl->stop, out, o, &sm) != MOLE_OK) return false;
-  req_append(sl->req, sm.emit, sm.n_emit);
+  slot_output(sl, sm.emit, sm.n_emit);
   return sm.matched;
 }
 

@@ -40,6 +40,9 @@ typedef struct {
   srv_req *req;
   int fd;
   size_t sent;       // text bytes sent
+  size_t rsent;      // reasoning bytes sent
+  size_t tsent;      // tool argument bytes sent
+  bool tool_sent;    // the tool call announced
   int64_t lp_sent;   // logprobs sent
   bool first, ended;
   char *out;         // the event being written
@@ -109,7 +112,8 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     ss->out_len = ss->out_off = 0;
     if (ss->ended) return MHD_CONTENT_READER_END_OF_STREAM;
     pthread_mutex_lock(&r->mu);
-    while (!r->done && r->n_text == ss->sent && r->n_lp == ss->lp_sent && !ss->first) {
+    while (!r->done && r->n_text == ss->sent && r->n_reasoning == ss->rsent && r->n_tool_args == ss->tsent &&
+           (ss->tool_sent || !r->tool_name[0]) && r->n_lp == ss->lp_sent && !ss->first) {
       struct timespec ts;
       clock_gettime(CLOCK_REALTIME, &ts);
       ts.tv_nsec += 200 * 1000 * 1000;
@@ -130,13 +134,17 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
       mole_free(e);
       ss->ended = true;
     } else {
-      const size_t to = r->n_text;
-      const int64_t lp_to = r->n_lp;
+      const bool head = r->tool_name[0] && !ss->tool_sent;
+      const srv_span span = {ss->sent,     r->n_text, ss->rsent, r->n_reasoning, ss->lp_sent, r->n_lp,
+                             head,         ss->tsent, r->n_tool_args};
       const char *fin = r->done ? (r->finish ? r->finish : "stop") : NULL;
-      ev = srv_api_chunk(&ss->srv->api, r, ss->sent, to, ss->lp_sent, lp_to, ss->first, fin);
+      ev = srv_api_chunk(&ss->srv->api, r, &span, ss->first, fin);
       ss->first = false;
-      ss->sent = to;
-      ss->lp_sent = lp_to;
+      ss->sent = span.to;
+      ss->rsent = span.rto;
+      ss->tsent = span.tto;
+      ss->tool_sent |= head;
+      ss->lp_sent = span.lp_to;
       if (fin && ev) {
         char *done = mole_malloc(strlen(ev) + 16);
         if (done) {

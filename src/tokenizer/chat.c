@@ -1,8 +1,8 @@
 // tokenizer/chat: recognise tokenizer.chat_template families and render
 // conversations the way llama.cpp's built-in templates do.
-#include "tokenizer/chat.h"
-
 #include <string.h>
+
+#include "tokenizer/chat_internal.h"
 
 // ---- names ----------------------------------------------------------------
 
@@ -24,6 +24,12 @@ static const char *const chat_canonical[CHAT_TMPL_COUNT] = {
     [CHAT_TMPL_DEEPSEEK3] = "deepseek3",
     [CHAT_TMPL_ZEPHYR] = "zephyr",
     [CHAT_TMPL_TULU] = "tulu",
+    [CHAT_TMPL_GPT_OSS] = "gpt-oss",
+    [CHAT_TMPL_GLM45] = "glm4.5",
+    [CHAT_TMPL_GLM47] = "glm4.7",
+    [CHAT_TMPL_QWEN3] = "qwen3",
+    [CHAT_TMPL_QWEN35] = "qwen3.5",
+    [CHAT_TMPL_GEMMA4] = "gemma4",
 };
 
 static const struct {
@@ -32,8 +38,9 @@ static const struct {
 } chat_aliases[] = {
     {"mistral", CHAT_TMPL_LLAMA2},
     {"qwen2", CHAT_TMPL_CHATML},
-    {"qwen3", CHAT_TMPL_CHATML},
     {"olmoe", CHAT_TMPL_TULU},
+    {"harmony", CHAT_TMPL_GPT_OSS},
+    {"glm4.6", CHAT_TMPL_GLM45},
 };
 
 chat_tmpl chat_template_from_name(const char *name) {
@@ -51,9 +58,9 @@ const char *chat_template_name(chat_tmpl t) {
 }
 
 const char *chat_template_list(void) {
-  return "chatml, llama2 (alias mistral), llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1, "
+  return "chatml (alias qwen2), qwen3, qwen3.5, llama2 (alias mistral), llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1, "
          "mistral-v3, mistral-v3-tekken, mistral-v7, mistral-v7-tekken, llama3, deepseek, deepseek2, "
-         "deepseek3, zephyr, tulu (alias olmoe)";
+         "deepseek3, zephyr, tulu (alias olmoe), gpt-oss (alias harmony), glm4.5 (alias glm4.6), glm4.7, gemma4";
 }
 
 // ---- detection ------------------------------------------------------------
@@ -104,11 +111,19 @@ chat_tmpl chat_template_detect(const char *tmpl) {
   if (chat_has(tmpl, "<|im_start|>")) {
     // phi-4 and SmolVLM use <|im_start|> but are not ChatML
     if (chat_has(tmpl, "<|im_sep|>") || chat_has(tmpl, "<end_of_utterance>")) return CHAT_TMPL_UNKNOWN;
+    // (llama.cpp calls them all chatml) Qwen3 and 3.5 think: their templates render reasoning
+    if (chat_has(tmpl, "reasoning_content") && chat_has(tmpl, "<think>")) {
+      if (chat_has(tmpl, "{{- '<think>\\n' }}")) return CHAT_TMPL_QWEN35;
+      if (chat_has(tmpl, "enable_thinking")) return CHAT_TMPL_QWEN3;
+    }
     return CHAT_TMPL_CHATML;
   }
   if (strncmp(tmpl, "mistral", 7) == 0 || chat_has(tmpl, "[INST]")) return chat_detect_inst(tmpl);
   if (chat_has(tmpl, "<|assistant|>") && chat_has(tmpl, "<|end|>")) return CHAT_TMPL_UNKNOWN;  // phi-3
-  if (chat_has(tmpl, "[gMASK]<sop>")) return CHAT_TMPL_UNKNOWN;                                // chatglm4
+  if (chat_has(tmpl, "[gMASK]<sop>")) {  // llama.cpp's chatglm4; GLM-4.5+ think and call tools
+    if (!chat_has(tmpl, "<think>") || !chat_has(tmpl, "<|observation|>")) return CHAT_TMPL_UNKNOWN;  // GLM-4
+    return chat_has(tmpl, "else '<think>'") ? CHAT_TMPL_GLM47 : CHAT_TMPL_GLM45;
+  }
   if (chat_has(tmpl, "<|assistant|>") && chat_has(tmpl, "<|user|>")) {
     if (chat_has(tmpl, "</s>")) return CHAT_TMPL_UNKNOWN;  // falcon 3
     return chat_detect_user_assistant(tmpl);
@@ -130,18 +145,16 @@ chat_tmpl chat_template_detect(const char *tmpl) {
   if (chat_has(tmpl, "'Assistant: ' + message['content'] + eos_token")) return CHAT_TMPL_DEEPSEEK2;
   if (chat_has(tmpl, "<｜Assistant｜>") && chat_has(tmpl, "<｜User｜>") && chat_has(tmpl, "<｜end▁of▁sentence｜>"))
     return CHAT_TMPL_DEEPSEEK3;
+  // (llama.cpp's tests between these: exaone, rwkv-world, granite, gigachat, megrez, yandex, bailing,
+  // llama4, dots1, hunyuan-moe; none of their templates holds both harmony markers)
+  if (chat_has(tmpl, "<|start|>") && chat_has(tmpl, "<|channel|>")) return CHAT_TMPL_GPT_OSS;
+  if (chat_has(tmpl, "<|turn>") && chat_has(tmpl, "<turn|>")) return CHAT_TMPL_GEMMA4;
   return CHAT_TMPL_UNKNOWN;
 }
 
 // ---- rendering --------------------------------------------------------------
 
-typedef struct {
-  char *p;
-  size_t len, cap;
-  bool oom;
-} chat_buf;
-
-static void chat_put_n(chat_buf *b, const char *s, size_t n) {
+void chat_put_n(chat_buf *b, const char *s, size_t n) {
   if (b->oom) return;
   if (n > SIZE_MAX / 4 - b->len) {
     b->oom = true;
@@ -163,7 +176,7 @@ static void chat_put_n(chat_buf *b, const char *s, size_t n) {
   b->p[b->len] = '\0';
 }
 
-static void chat_put(chat_buf *b, const char *s) { chat_put_n(b, s, strlen(s)); }
+void chat_put(chat_buf *b, const char *s) { chat_put_n(b, s, strlen(s)); }
 
 // llama.cpp's trim: C-locale isspace at both ends
 static bool chat_is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'; }
@@ -335,50 +348,109 @@ static void chat_render(chat_buf *b, chat_tmpl t, const chat_msg *m, const chat_
       }
       if (add_ass) chat_put(b, "<|assistant|>\n");
       break;
+    case CHAT_TMPL_GPT_OSS:  // chat_harmony_render
+    case CHAT_TMPL_GLM45:    // chat_glm_render
+    case CHAT_TMPL_GLM47:
+    case CHAT_TMPL_QWEN3:    // chat_qwen_render
+    case CHAT_TMPL_QWEN35:
+    case CHAT_TMPL_GEMMA4:   // chat_gemma_render
     case CHAT_TMPL_UNKNOWN:
     case CHAT_TMPL_COUNT:
-      MOLE_ASSERT(!"chat_render: unknown family");
+      MOLE_ASSERT(!"chat_render: not a llama.cpp format");
   }
 }
 
-mole_status chat_format(chat_tmpl tmpl, const chat_msg *msgs, int64_t n, bool add_assistant_prompt,
-                        char **out) {
-  MOLE_ASSERT(out != NULL);
-  *out = NULL;
+static mole_status chat_check_family(chat_tmpl tmpl) {
   if ((int)tmpl <= CHAT_TMPL_UNKNOWN || (int)tmpl >= CHAT_TMPL_COUNT)
     return mole_errorf(MOLE_ERR_ARG, "chat: unknown chat template; choose one with --template NAME (%s)",
                        chat_template_list());
-  if (n < 0 || (n > 0 && !msgs)) return mole_errorf(MOLE_ERR_ARG, "chat: bad message count %lld", (long long)n);
+  return MOLE_OK;
+}
 
-  chat_role *roles = mole_malloc((size_t)(n > 0 ? n : 1) * sizeof(chat_role));
-  if (!roles) return mole_errorf(MOLE_ERR_NOMEM, "chat: out of memory");
-  for (int64_t i = 0; i < n; i++) {
-    const char *role = msgs[i].role;
-    if (!role || !msgs[i].content) {
-      mole_free(roles);
-      return mole_errorf(MOLE_ERR_ARG, "chat: message %lld has no %s", (long long)i, role ? "content" : "role");
-    }
-    if (strcmp(role, "system") == 0) {
-      roles[i] = CHAT_ROLE_SYSTEM;
-    } else if (strcmp(role, "user") == 0) {
-      roles[i] = CHAT_ROLE_USER;
-    } else if (strcmp(role, "assistant") == 0) {
-      roles[i] = CHAT_ROLE_ASSISTANT;
-    } else {
-      mole_free(roles);
-      return mole_errorf(MOLE_ERR_ARG, "chat: message %lld has role \"%.64s\"; expected system, user or assistant",
-                         (long long)i, role);
-    }
+static mole_status chat_done(chat_buf *b, mole_status st, char **out) {
+  if (st == MOLE_OK && b->oom) st = mole_errorf(MOLE_ERR_NOMEM, "chat: out of memory");
+  if (st != MOLE_OK) {
+    mole_free(b->p);
+    return st;
   }
+  *out = b->p;
+  return MOLE_OK;
+}
 
+mole_status chat_format_turns(chat_tmpl tmpl, const chat_turn *turns, int64_t n, bool add_assistant_prompt,
+                              const chat_options *opt, char **out) {
+  MOLE_ASSERT(out != NULL);
+  *out = NULL;
+  mole_status st = chat_check_family(tmpl);
+  if (st != MOLE_OK) return st;
+  if (n < 0 || (n > 0 && !turns)) return mole_errorf(MOLE_ERR_ARG, "chat: bad message count %lld", (long long)n);
+  const bool harmony = tmpl == CHAT_TMPL_GPT_OSS, glm = tmpl == CHAT_TMPL_GLM45 || tmpl == CHAT_TMPL_GLM47,
+             qwen = tmpl == CHAT_TMPL_QWEN3 || tmpl == CHAT_TMPL_QWEN35, gemma = tmpl == CHAT_TMPL_GEMMA4;
+  static const char *const roles[] = {"system", "user", "assistant", "developer", "tool"};
+  for (int64_t i = 0; i < n; i++) {
+    const char *role = turns[i].role;
+    if (!role) return mole_errorf(MOLE_ERR_ARG, "chat: message %lld has no role", (long long)i);
+    int r = 0;
+    while (r < 5 && strcmp(role, roles[r])) r++;
+    if (r == 5 || (!harmony && r >= 3 && !(gemma && r == 3)))
+      return mole_errorf(MOLE_ERR_ARG, "chat: message %lld has role \"%.64s\"; %s takes %s", (long long)i, role,
+                         chat_template_name(tmpl),
+                         harmony  ? "system, developer, user, assistant or tool"
+                         : gemma ? "system, developer, user or assistant"
+                                 : "system, user or assistant");
+    if (!harmony && !glm && !qwen && !gemma && !turns[i].content)
+      return mole_errorf(MOLE_ERR_ARG, "chat: message %lld: no content", (long long)i);
+    if (!harmony && turns[i].tool_name)
+      return mole_errorf(MOLE_ERR_ARG, "chat: message %lld: a tool call, which only gpt-oss renders", (long long)i);
+  }
   chat_buf b = {0};
   chat_put(&b, "");  // an empty conversation still gives a string
-  chat_render(&b, tmpl, msgs, roles, n, add_assistant_prompt);
-  mole_free(roles);
-  if (b.oom) {
-    mole_free(b.p);
-    return mole_errorf(MOLE_ERR_NOMEM, "chat: out of memory");
+  if (harmony) {
+    st = chat_harmony_render(&b, turns, n, add_assistant_prompt, opt);
+  } else if (glm) {
+    st = chat_glm_render(&b, tmpl == CHAT_TMPL_GLM47, turns, n, add_assistant_prompt, opt);
+  } else if (qwen) {
+    st = chat_qwen_render(&b, tmpl == CHAT_TMPL_QWEN35, turns, n, add_assistant_prompt, opt);
+  } else if (gemma) {
+    st = chat_gemma_render(&b, turns, n, add_assistant_prompt, opt);
+  } else {
+    chat_msg *m = mole_malloc((size_t)(n > 0 ? n : 1) * sizeof *m);
+    chat_role *r = mole_malloc((size_t)(n > 0 ? n : 1) * sizeof *r);
+    if (m && r) {
+      for (int64_t i = 0; i < n; i++) {
+        m[i] = (chat_msg){turns[i].role, turns[i].content};
+        r[i] = !strcmp(turns[i].role, "system") ? CHAT_ROLE_SYSTEM
+               : !strcmp(turns[i].role, "user") ? CHAT_ROLE_USER
+                                                : CHAT_ROLE_ASSISTANT;
+      }
+      chat_render(&b, tmpl, m, r, n, add_assistant_prompt);
+    } else {
+      b.oom = true;
+    }
+    mole_free(m);
+    mole_free(r);
   }
-  *out = b.p;
-  return MOLE_OK;
+  return chat_done(&b, st, out);
+}
+
+mole_status chat_format(chat_tmpl tmpl, const chat_msg *msgs, int64_t n, bool add_assistant_prompt, char **out) {
+  MOLE_ASSERT(out != NULL);
+  *out = NULL;
+  mole_status st = chat_check_family(tmpl);
+  if (st != MOLE_OK) return st;
+  if (n < 0 || (n > 0 && !msgs)) return mole_errorf(MOLE_ERR_ARG, "chat: bad message count %lld", (long long)n);
+  chat_turn *t = mole_calloc((size_t)(n > 0 ? n : 1), sizeof *t);
+  if (!t) return mole_errorf(MOLE_ERR_NOMEM, "chat: out of memory");
+  for (int64_t i = 0; i < n && st == MOLE_OK; i++) {
+    const char *role = msgs[i].role;
+    if (!role || !msgs[i].content)
+      st = mole_errorf(MOLE_ERR_ARG, "chat: message %lld has no %s", (long long)i, role ? "content" : "role");
+    else if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant"))
+      st = mole_errorf(MOLE_ERR_ARG, "chat: message %lld has role \"%.64s\"; expected system, user or assistant",
+                       (long long)i, role);
+    t[i] = (chat_turn){.role = role, .content = msgs[i].content};
+  }
+  if (st == MOLE_OK) st = chat_format_turns(tmpl, t, n, add_assistant_prompt, NULL, out);
+  mole_free(t);
+  return st;
 }

@@ -19,6 +19,7 @@
 //    of its single bytes, where those exist (llama.cpp drops the rest).
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "tokenizer/tok_internal.h"
@@ -92,6 +93,7 @@ static const char *const rx_seed_coder[] = {
     RX_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1}| ?[^\\s\\p{L}\\p{N}\\r\\n]+|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
     NULL};
 static const char *const rx_laguna[] = {"[^\\n]+|[\\n]+", RX_QWEN2, NULL};
+static const char *const rx_gemma4[] = {"[^\\n]+|[\\n]+", NULL};
 static const char *const rx_minicpm5[] = {
     "\\p{N}{1,3}",
     RX_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}+| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
@@ -103,6 +105,8 @@ enum {
   PRE_ADD_BOS = 4,        // add_bos defaults to true
   PRE_NO_BOS = 8,         // no BOS token
   PRE_TILDE = 16,         // '~' reads as U+FDD1
+  PRE_RAW = 32,           // gemma4: spaces escaped to U+2581 first, merges on raw UTF-8 (no GPT-2 byte map),
+                          // <0xNN> tokens for bytes, a run of newlines that is a token taken whole
 };
 
 typedef struct {
@@ -140,12 +144,13 @@ static const bpe_pre bpe_pres[] = {
     {"seed-coder", rx_seed_coder, PRE_NO_CLEAN},
     {"laguna", rx_laguna, PRE_NO_CLEAN},
     {"minicpm5", rx_minicpm5, PRE_IGNORE_MERGES},
+    {"gemma4 granite-embed-multi-311m", rx_gemma4, PRE_RAW},
 };
 
 static const char *const bpe_pre_canon[] = {
     "default", "gpt-2",  "trillion", "llama3",    "dbrx",   "glm4",      "qwen2",      "megrez",  "qwen35",
     "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon", "starcoder", "command-r", "poro-chat", "bloom",
-    "viking", "tekken", "gpt-4o", "chameleon", "bailingmoe", "seed-coder", "laguna", "minicpm5",
+    "viking", "tekken", "gpt-4o", "chameleon", "bailingmoe", "seed-coder", "laguna", "minicpm5", "gemma4",
 };
 _Static_assert(sizeof bpe_pre_canon / sizeof bpe_pre_canon[0] == sizeof bpe_pres / sizeof bpe_pres[0],
                "one canonical name per pre-tokenizer");
@@ -288,7 +293,7 @@ static mole_status bpe_load_merges(tok_bpe *b, const gguf_file *f) {
   return MOLE_OK;
 }
 
-mole_status tok_bpe_load(tok_vocab *v, const gguf_file *f) {
+mole_status tok_bpe_load(tok_vocab *v, const gguf_file *f, const char *pre_of_model) {
   const char *fname = gguf_path(f);
   tok_bpe *b = mole_calloc(1, sizeof *b);
   if (!b) return mole_errorf(MOLE_ERR_NOMEM, "%s: out of memory", fname);
@@ -297,9 +302,9 @@ mole_status tok_bpe_load(tok_vocab *v, const gguf_file *f) {
   mole_status st = bpe_load_merges(b, f);
   if (st != MOLE_OK) return st;
 
-  const char *pre = NULL;
+  const char *pre = pre_of_model;
   int pi;
-  if (gguf_find_kv(f, "tokenizer.ggml.pre") >= 0) {
+  if (!pre && gguf_find_kv(f, "tokenizer.ggml.pre") >= 0) {
     st = gguf_get_str(f, "tokenizer.ggml.pre", &pre);
     if (st != MOLE_OK) return mole_error_prefix(st, "%s: ", fname);
   }
@@ -319,6 +324,7 @@ mole_status tok_bpe_load(tok_vocab *v, const gguf_file *f) {
   b->flags = bpe_pres[pi].flags;
   v->clean_spaces = !(b->flags & PRE_NO_CLEAN);
   v->add_bos = (b->flags & PRE_ADD_BOS) != 0;
+  v->esc_space = (b->flags & PRE_RAW) != 0;
   if (b->flags & PRE_NO_BOS) v->bos = -1;
 
   b->gctx = pcre2_general_context_create(bpe_pcre_malloc, bpe_pcre_free, NULL);
@@ -537,7 +543,13 @@ static mole_status bpe_try_bigram(const tok_vocab *v, tok_bpe_ctx *c, int32_t l,
 
 // BPE of the byte-encoded word c->word[0..n), tokens appended to out.
 static mole_status bpe_merge_word(const tok_vocab *v, tok_bpe_ctx *c, size_t n, tok_ids *out) {
-  if (v->bpe->flags & PRE_IGNORE_MERGES) {
+  const unsigned fl = v->bpe->flags;
+  bool whole = (fl & PRE_IGNORE_MERGES) != 0;
+  if (fl & PRE_RAW) {  // a run of newlines
+    whole = true;
+    for (size_t i = 0; i < n && whole; i++) whole = c->word[i] == '\n';
+  }
+  if (whole) {
     int32_t id = n <= v->max_len ? tok_map_find(v, c->word, n) : -1;
     if (id >= 0) return tok_ids_push(out, id);
   }
@@ -574,7 +586,10 @@ static mole_status bpe_merge_word(const tok_vocab *v, tok_bpe_ctx *c, size_t n, 
       continue;
     }
     for (uint32_t j = 0; j < y->n && st == MOLE_OK; j++) {
-      int32_t bt = tok_map_find(v, c->word + y->start + j, 1);
+      const uint8_t byte = (uint8_t)c->word[y->start + j];
+      char hex[7];
+      snprintf(hex, sizeof hex, "<0x%02X>", byte);
+      int32_t bt = fl & PRE_RAW ? tok_map_find(v, hex, 6) : tok_map_find(v, c->word + y->start + j, 1);
       if (bt >= 0) st = tok_ids_push(out, bt);
     }
   }
@@ -631,6 +646,10 @@ mole_status tok_bpe_encode(const tok_vocab *v, tok_bpe_ctx *c, const char *text,
       int k = tok_utf8_put(c->cp[i], u);
       for (int j = 0; j < k; j++) {
         uint8_t byte = (uint8_t)u[j];
+        if (b->flags & PRE_RAW) {
+          c->word[wn++] = (char)byte;
+          continue;
+        }
         memcpy(c->word + wn, b->enc[byte], b->enc_len[byte]);
         wn += b->enc_len[byte];
       }
@@ -644,6 +663,10 @@ mole_status tok_bpe_encode(const tok_vocab *v, tok_bpe_ctx *c, const char *text,
 
 void tok_bpe_decode_text(const tok_vocab *v, const char *text, size_t len, tok_sink *s) {
   const tok_bpe *b = v->bpe;
+  if (b->flags & PRE_RAW) {
+    tok_unescape_spaces(text, len, s);
+    return;
+  }
   for (size_t i = 0; i < len;) {
     uint32_t cp = tok_utf8_next(text, len, &i);
     if (cp < 324 && b->dec[cp] >= 0) {

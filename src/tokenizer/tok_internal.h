@@ -45,6 +45,7 @@ struct tok_vocab {
   int32_t bos, eos, eot, eom, unk, sep, pad, mask;
   int32_t fim_pre, fim_suf, fim_mid, fim_pad, fim_rep, fim_sep;
   bool add_bos, add_eos, add_space_prefix, clean_spaces;
+  bool esc_space;     // BPE as gemma4: spaces escaped to U+2581 before it, merges on raw UTF-8
 
   int32_t *special;   // [n_special] CONTROL/USER_DEFINED/UNKNOWN ids, longest text first
   int64_t n_special;
@@ -71,8 +72,9 @@ static inline const char *tok_str(const tok_vocab *v, int32_t id) { return v->bl
 // SPM: appends the tokens of text[0..len) (already escaped: ' ' -> U+2581).
 mole_status tok_spm_encode(const tok_vocab *v, const char *text, size_t len, tok_ids *out);
 
-// BPE: loads merges and the pre-tokenizer (f's tokenizer.ggml.pre), or frees them.
-mole_status tok_bpe_load(tok_vocab *v, const gguf_file *f);
+// BPE: loads merges and the pre-tokenizer (f's tokenizer.ggml.pre, or pre when not
+// NULL: the model implies it), or frees them. Sets pre_name, add_bos, clean_spaces, esc_space.
+mole_status tok_bpe_load(tok_vocab *v, const gguf_file *f, const char *pre);
 void tok_bpe_free(tok_bpe *b);
 // Per-call scratch for tok_bpe_encode (PCRE2 match data, JIT stack, buffers).
 typedef struct tok_bpe_ctx tok_bpe_ctx;
@@ -81,7 +83,8 @@ void tok_bpe_ctx_free(tok_bpe_ctx *c);
 // Appends the tokens of one raw text fragment.
 mole_status tok_bpe_encode(const tok_vocab *v, tok_bpe_ctx *c, const char *text, size_t len,
                            tok_ids *out);
-// BPE: the bytes of a NORMAL token's text (inverse byte map), appended via put.
+// BPE: the bytes of a NORMAL token's text (inverse byte map, or U+2581 -> ' '
+// with esc_space), appended via put.
 typedef struct tok_sink {
   char *buf;
   size_t cap;
@@ -92,6 +95,8 @@ static inline void tok_sink_put(tok_sink *s, const char *p, size_t n) {
     if (s->n < s->cap) s->buf[s->n] = p[i];
 }
 void tok_bpe_decode_text(const tok_vocab *v, const char *text, size_t len, tok_sink *s);
+// text[0..len) with U+2581 as ' ' (SPM, gemma4).
+void tok_unescape_spaces(const char *text, size_t len, tok_sink *s);
 
 // llama.cpp's lenient UTF-8 decoder: the code point at s[*i..n), advancing *i;
 // invalid sequences give U+FFFD and advance by one byte.

@@ -410,11 +410,12 @@ mole_status tok_load(const gguf_file *f, tok_vocab **out) {
   mole_status st = gguf_get_str(f, "tokenizer.ggml.model", &model);
   if (st != MOLE_OK) return mole_error_prefix(st, "%s: ", fname);
   tok_model m;
+  const bool gemma4 = !strcmp(model, "gemma4");
   if (!strcmp(model, "llama")) m = TOK_MODEL_SPM;
-  else if (!strcmp(model, "gpt2")) m = TOK_MODEL_BPE;
+  else if (!strcmp(model, "gpt2") || gemma4) m = TOK_MODEL_BPE;
   else
-    return mole_errorf(MOLE_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model = '%s': only 'llama' (SentencePiece) and "
-                       "'gpt2' (byte-level BPE) are supported", fname, model);
+    return mole_errorf(MOLE_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model = '%s': only 'llama' (SentencePiece), "
+                       "'gpt2' (byte-level BPE) and 'gemma4' (BPE over escaped spaces) are supported", fname, model);
 
   tok_vocab *v = mole_calloc(1, sizeof *v);
   if (!v) return mole_errorf(MOLE_ERR_NOMEM, "%s: out of memory", fname);
@@ -430,8 +431,9 @@ mole_status tok_load(const gguf_file *f, tok_vocab **out) {
     v->clean_spaces = false;
     v->pre_name = "spm";
   } else {
-    v->bos = 11, v->eos = 11, v->unk = -1;  // llama.cpp's defaults
-    st = tok_bpe_load(v, f);  // sets pre_name, add_bos, clean_spaces
+    v->bos = v->eos = gemma4 ? -1 : 11;  // llama.cpp's defaults
+    v->unk = -1;
+    st = tok_bpe_load(v, f, gemma4 ? "gemma4" : NULL);
     if (st != MOLE_OK) goto fail;
   }
   static const struct {
@@ -471,6 +473,7 @@ mole_status tok_load(const gguf_file *f, tok_vocab **out) {
     if (gguf_find_kv(f, flags[i].key) >= 0 && gguf_get_bool(f, flags[i].key, &b) == MOLE_OK)
       *(bool *)((char *)v + flags[i].field) = b;
   }
+  if (v->esc_space) v->add_bos = true;  // llama.cpp overrides it for gemma4
   for (int c = 0; c < 256; c++) {
     char hex[8];
     snprintf(hex, sizeof hex, "<0x%02X>", c);
@@ -608,6 +611,27 @@ static mole_status tok_partition(const tok_vocab *v, const char *text, size_t le
   return st;
 }
 
+// s[0..n) with every ' ' escaped to U+2581 (and one before it with prefix) into
+// *buf (grown as needed; *cap its size), *m bytes.
+static mole_status tok_escape_spaces(const char *s, size_t n, bool prefix, char **buf, size_t *cap, size_t *m) {
+  const size_t need = (n + 1) * 3;
+  if (need > *cap) {
+    char *nb = mole_realloc(*buf, need);
+    if (!nb) return mole_errorf(MOLE_ERR_NOMEM, "tokenizer: out of memory (%zu bytes)", need);
+    *buf = nb;
+    *cap = need;
+  }
+  char *e = *buf;
+  size_t k = 0;
+  if (prefix) memcpy(e, "\xe2\x96\x81", 3), k = 3;
+  for (size_t j = 0; j < n; j++) {
+    if (s[j] == ' ') memcpy(e + k, "\xe2\x96\x81", 3), k += 3;
+    else e[k++] = s[j];
+  }
+  *m = k;
+  return MOLE_OK;
+}
+
 mole_status tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
                        int32_t **ids, int64_t *n) {
   *ids = NULL;
@@ -617,42 +641,21 @@ mole_status tok_encode(const tok_vocab *v, const char *text, size_t len, bool ad
   tok_ids out = {0};
   tok_frags fr = {0};
   tok_bpe_ctx *ctx = NULL;
-  char *esc = NULL;
+  char *esc = NULL;  // the text with spaces escaped (SPM, gemma4)
+  size_t cap = 0;
   mole_status st = len > 0 ? tok_partition(v, text, len, parse_special, &fr) : MOLE_OK;
   if (st == MOLE_OK && add_special && v->add_bos && v->bos >= 0) st = tok_ids_push(&out, v->bos);
   if (st == MOLE_OK && v->model == TOK_MODEL_SPM) {
     bool prev_special = true;  // a space goes before the first text, and after every special token
-    size_t cap = 0;
     for (int64_t i = 0; i < fr.n && st == MOLE_OK; i++) {
       if (fr.v[i].tok >= 0) {
         st = tok_ids_push(&out, fr.v[i].tok);
         prev_special = true;
         continue;
       }
-      size_t need = (fr.v[i].len + 1) * 3;
-      if (need > cap) {
-        char *ne = mole_realloc(esc, need);
-        if (!ne) {
-          st = mole_errorf(MOLE_ERR_NOMEM, "tokenizer: out of memory (%zu bytes)", need);
-          break;
-        }
-        esc = ne;
-        cap = need;
-      }
       size_t m = 0;
-      const char *s = text + fr.v[i].off;
-      if (v->add_space_prefix && prev_special) {
-        memcpy(esc, "\xe2\x96\x81", 3);  // ' ' escaped: U+2581
-        m = 3;
-      }
-      for (size_t j = 0; j < fr.v[i].len; j++) {
-        if (s[j] == ' ') {
-          memcpy(esc + m, "\xe2\x96\x81", 3);
-          m += 3;
-        } else {
-          esc[m++] = s[j];
-        }
-      }
+      st = tok_escape_spaces(text + fr.v[i].off, fr.v[i].len, v->add_space_prefix && prev_special, &esc, &cap, &m);
+      if (st != MOLE_OK) break;
       st = tok_spm_encode(v, esc, m, &out);
       prev_special = false;
     }
@@ -663,7 +666,13 @@ mole_status tok_encode(const tok_vocab *v, const char *text, size_t len, bool ad
         continue;
       }
       if (!ctx) st = tok_bpe_ctx_new(v, &ctx);
-      if (st == MOLE_OK) st = tok_bpe_encode(v, ctx, text + fr.v[i].off, fr.v[i].len, &out);
+      const char *frag = text + fr.v[i].off;
+      size_t fl = fr.v[i].len;
+      if (st == MOLE_OK && v->esc_space) {
+        st = tok_escape_spaces(frag, fl, false, &esc, &cap, &fl);
+        frag = esc;
+      }
+      if (st == MOLE_OK) st = tok_bpe_encode(v, ctx, frag, fl, &out);
     }
   }
   if (st == MOLE_OK && add_special && v->add_eos && v->eos >= 0) st = tok_ids_push(&out, v->eos);
@@ -685,6 +694,17 @@ mole_status tok_encode(const tok_vocab *v, const char *text, size_t len, bool ad
 
 // ---- decoding -----------------------------------------------------------------------------
 
+void tok_unescape_spaces(const char *text, size_t len, tok_sink *s) {
+  for (size_t i = 0; i < len;) {
+    if (i + 3 <= len && !memcmp(text + i, "\xe2\x96\x81", 3)) {
+      tok_sink_put(s, " ", 1);
+      i += 3;
+    } else {
+      tok_sink_put(s, text + i++, 1);
+    }
+  }
+}
+
 static void tok_piece_sink(const tok_vocab *v, int32_t id, bool render_special, tok_sink *s) {
   uint32_t attr = v->attr[id];
   const char *t = tok_str(v, id);
@@ -698,14 +718,7 @@ static void tok_piece_sink(const tok_vocab *v, int32_t id, bool render_special, 
       tok_bpe_decode_text(v, t, n, s);
       return;
     }
-    for (size_t i = 0; i < n;) {  // U+2581 -> ' '
-      if (i + 3 <= n && !memcmp(t + i, "\xe2\x96\x81", 3)) {
-        tok_sink_put(s, " ", 1);
-        i += 3;
-      } else {
-        tok_sink_put(s, t + i++, 1);
-      }
-    }
+    tok_unescape_spaces(t, n, s);
   } else if (attr & TOK_ATTR_BYTE) {  // "<0xNN>"
     unsigned x = 0;
     for (size_t i = 3; i < 5 && i < n; i++) {

@@ -11,6 +11,12 @@
 //                                   tokenizer.ggml.pre (PCRE2, JIT-compiled at load),
 //                                   GPT-2 byte-to-unicode map, merges by rank from
 //                                   tokenizer.ggml.merges.
+//   tokenizer.ggml.model = "gemma4" Gemma 4's BPE (llama.cpp's LLAMA_VOCAB_PRE_TYPE_GEMMA4):
+//                                   spaces escaped to U+2581, the text split at runs of
+//                                   newlines only, merges on raw UTF-8 (no byte map), a
+//                                   newline run that is a token taken whole, <0xNN> tokens
+//                                   for bytes; BOS always added. (Also a gpt2 vocabulary
+//                                   with tokenizer.ggml.pre = gemma4.)
 // Other models (bert, t5, rwkv, ...) fail to load with MOLE_ERR_UNSUPPORTED.
 //
 // Pre-tokenizers (tokenizer.ggml.pre), the names llama.cpp accepts:
@@ -23,10 +29,10 @@
 //   joyai-llm), falcon, starcoder (refact, command-r, smollm, codeshell, exaone,
 //   minerva-7b, mellum2), gpt-4o (llama4, kanana2, talkie, minimax-m2), tekken,
 //   poro-chat (bloom, gpt3-finnish), viking, chameleon, seed-coder, bailingmoe
-//   (bailingmoe2, llada-moe), laguna, minicpm5.
+//   (bailingmoe2, llada-moe), laguna, minicpm5, gemma4 (granite-embed-multi-311m).
 //   An unknown name loads with the gpt-2 regex and a warning (llama.cpp refuses
-//   such a file); kimi-k2, afmoe, superbpe, tiny_aya, youtu, exaone-moe, jais-2,
-//   gemma4 and the like are unknown here.
+//   such a file); kimi-k2, afmoe, superbpe, tiny_aya, youtu, exaone-moe, jais-2
+//   and the like are unknown here.
 //
 // Where this differs from llama.cpp (all outside its test vectors):
 //   - character classes come from PCRE2's Unicode tables rather than llama.cpp's
