@@ -236,7 +236,8 @@ static void test_chat(void **state) {
                            "<|start_header_id|>assistant<|end_header_id|>\n\n");
   mole_free(out);
   // names, aliases, detection from a Jinja template
-  assert_string_equal(mole_chat_template_from_name("qwen3"), "chatml");
+  assert_string_equal(mole_chat_template_from_name("qwen2"), "chatml");
+  assert_string_equal(mole_chat_template_from_name("qwen3"), "qwen3");  // its own family: thinking
   assert_string_equal(mole_chat_template_from_name("olmoe"), "tulu");
   assert_null(mole_chat_template_from_name("nope"));
   assert_null(mole_chat_template_from_name(NULL));
