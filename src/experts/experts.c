@@ -218,6 +218,9 @@ mole_status experts_open(const experts_config *cfg, experts **out) {
                        (long long)o->expert_budget);
   if (!(o->expert_budget_frac >= 0 && o->expert_budget_frac <= 1))
     return mole_errorf(MOLE_ERR_ARG, "--expert-budget: a fraction of %g is outside (0, 100%%]", o->expert_budget_frac);
+  if (cfg->n_expert_used < 1 || cfg->n_expert_used > MOLE_MIN(cfg->n_expert, (int64_t)EXPERTS_MAX_USED))
+    return mole_errorf(MOLE_ERR_ARG, "experts: %lld experts per token of %lld (at most %d)",
+                       (long long)cfg->n_expert_used, (long long)cfg->n_expert, EXPERTS_MAX_USED);
   experts *x = mole_calloc(1, sizeof *x);
   if (!x) return mole_errorf(MOLE_ERR_NOMEM, "experts: out of memory");
   x->gguf = cfg->gguf;

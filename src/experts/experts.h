@@ -139,6 +139,9 @@ typedef struct experts_counts {
 } experts_counts;
 
 enum { EXPERTS_MAX_DEPTH = 4 };  // layers the predictor looks ahead at most
+// Experts a token may use at most (the predictor's per-token arrays; the
+// loader refuses expert_used_count above it).
+enum { EXPERTS_MAX_USED = 64 };
 
 typedef struct experts_stats {
   bool tiered;                // false: every expert resident (mapped)

@@ -72,7 +72,7 @@ mole_status experts_predictor_new(const experts_predictor_config *cfg, experts_p
   *out = NULL;
   const int64_t L = cfg->n_layer, X = cfg->n_expert, E = cfg->n_embd, K = cfg->n_used;
   MOLE_ASSERT(cfg->depth_cfg == -1 || (cfg->depth_cfg >= 1 && cfg->depth_cfg <= EXPERTS_MAX_DEPTH));
-  MOLE_ASSERT(K <= 64);
+  MOLE_ASSERT(K <= EXPERTS_MAX_USED);  // experts_open and the loader refuse more
   experts_predictor *p = mole_calloc(1, sizeof *p);
   if (!p) return mole_errorf(MOLE_ERR_NOMEM, "experts: out of memory for the predictor");
   p->cfg = *cfg;
@@ -244,7 +244,7 @@ int64_t experts_predictor_run(experts_predictor *p, int64_t layer, const float *
     for (int64_t e = 0; e < X; e++) mx = lg[e] > mx ? lg[e] : mx;
     for (int64_t e = 0; e < X; e++) lg[e] = expf(lg[e] - mx);  // unnormalised: only ratios matter below
     int32_t *sel = p->pred + (target * EXPERTS_MAX_DEPTH + d - 1) * K;
-    float wsum = 0, w[64];
+    float wsum = 0, w[EXPERTS_MAX_USED];
     top_k(lg, X, K, sel, w);
     for (int64_t k = 0; k < K; k++) wsum += w[k];
     p->valid[target * EXPERTS_MAX_DEPTH + d - 1] = true;

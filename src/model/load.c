@@ -14,7 +14,6 @@
 // The most experts a token may use: the predictor keeps one prediction's
 // choices on the stack (experts/predict.c). llama.cpp takes up to
 // expert_count (at most 512); the models out there use 1 to 16.
-enum { MODEL_MAX_EXPERT_USED = 64 };
 
 typedef struct loader {
   mole_model *m;
@@ -149,7 +148,7 @@ static mole_status load_hparams(loader *L, const arch_desc *ad) {
   TRY(check_range(L, "expert_count", hp->n_expert, 0, 4096));
   TRY(get_int(L, "expert_used_count", hp->n_expert > 0, 0, &hp->n_expert_used));
   if (hp->n_expert > 0)
-    TRY(check_range(L, "expert_used_count", hp->n_expert_used, 1, MOLE_MIN(hp->n_expert, (int64_t)MODEL_MAX_EXPERT_USED)));
+    TRY(check_range(L, "expert_used_count", hp->n_expert_used, 1, MOLE_MIN(hp->n_expert, (int64_t)EXPERTS_MAX_USED)));
   if (ad->needs_experts && hp->n_expert == 0)
     return mole_errorf(MOLE_ERR_NOT_FOUND, "%s: architecture %s needs '%s.expert_count'", L->path, ad->name, ad->name);
   TRY(get_int(L, "expert_feed_forward_length", false, hp->n_ff, &hp->n_ff_exp));
