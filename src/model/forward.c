@@ -55,13 +55,16 @@ mole_status model_forward_batch(mole_model *m, model_scratch *s, const model_seg
   // several processes: the others learn the batch
   if (m->comm.step && m->comm.rank == 0 && (st = m->comm.step(m->comm.ctx, segs, n_segs))) return st;
   const int64_t n = s->seg_ends[s->n_seg - 1];
-  for (int64_t il = 0; il < m->hp.n_layer; il++) {
+  for (int64_t il = 0; il < m->hp.n_layer && !st; il++) {
     const model_layer_plan *lp = &m->layers[il].plan;
-    if ((st = k_attn_blocks[lp->attn](m, s, il, n))) return st;  // x += attention(attn_norm(x))
-    if ((st = k_ffn_blocks[lp->ffn](m, s, il, n))) return st;    // x += ffn(ffn_norm(x))
+    if (!(st = k_attn_blocks[lp->attn](m, s, il, n)))  // x += attention(attn_norm(x))
+      st = k_ffn_blocks[lp->ffn](m, s, il, n);        // x += ffn(ffn_norm(x))
   }
-  if (m->experts) experts_step_done(m->experts, n);  // the provider's per-step accounting
-  return forward_end(m, s, segs, n_segs);            // KV commits; logits
+  if (!st && m->experts) experts_step_done(m->experts, n);  // the provider's per-step accounting
+  if (!st) st = forward_end(m, s, segs, n_segs);            // KV commits; logits
+  // the other processes are inside this pass (a failed expert read, no memory for the logits)
+  if (st && m->comm.pass_failed && m->comm.rank == 0) m->comm.pass_failed(m->comm.ctx);
+  return st;
 }
 
 mole_status model_forward(mole_model *m, model_kv *kv, model_scratch *s, const int32_t *tokens, int64_t n,

@@ -155,6 +155,10 @@ typedef struct model_comm {
   mole_status (*step)(void *ctx, const model_seg *segs, int64_t n_segs);
   // root: a KV cache is gone (the others free theirs); the model is closing
   void (*kv_release)(void *ctx, uint64_t kv_id);
+  // root: this pass failed after step() had started it everywhere; the others
+  // wait inside its collectives and cannot learn it, so the job ends (with
+  // the error printed); NULL: nothing to do
+  void (*pass_failed)(void *ctx);
   // root: runs the whole pass in place of model_forward_batch (disaggregated
   // attention and experts, src/parallel/disagg.c); NULL: the pass runs here
   mole_status (*forward)(void *ctx, model_scratch *s, const model_seg *segs, int64_t n_segs);

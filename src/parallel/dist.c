@@ -496,6 +496,9 @@ static void kv_release(void *v, uint64_t id) {
 static void dist_free(dist_ctx *d);
 
 // the model is being freed: the root stops the workers; the context goes with it
+// The root's pass failed after step(): the workers wait in its collectives.
+static void pass_failed(void *ctx) { parallel_abort(((dist_ctx *)ctx)->comm, "a forward pass"); }
+
 static void close_hook(void *v) {
   dist_ctx *d = v;
   if (d->rank == 0) send_cmd(d, CMD_STOP, 0);
@@ -674,6 +677,7 @@ mole_status mole_dist_model_load(const char *path, const mole_model_params *para
                          .gather_logits = gather_logits,
                          .step = step,
                          .kv_release = kv_release,
+                         .pass_failed = pass_failed,
                          .close = close_hook};
   return MOLE_OK;
 }
