@@ -8,6 +8,7 @@
 #include "experts/experts.h"
 #include "experts/store.h"
 #include "model/model.h"
+#include "model/ops.h"
 
 typedef struct arch_desc {
   const char *name;
@@ -445,6 +446,7 @@ mole_status model_load(const char *path, const mole_model_params *p, const model
   m->n_threads = p->n_threads;
   m->offload = p->offload;
   if ((st = mole_pool_init(p->n_threads, &m->pool))) goto fail;
+  if ((st = ops_mm_reserve(m))) goto fail;
   if (m->hp.n_expert > 0 && (st = experts_open(m, &m->experts))) goto fail;
   if (!p->use_mmap && (st = model_image_build(m))) goto fail;
   *out = m;

@@ -176,6 +176,15 @@ void ops_mm_run(mole_pool *pool, const ops_mm *tasks, int64_t n_tasks) {
   }
 }
 
+mole_status ops_mm_reserve(mole_model *m) {
+  int64_t max_k = 0;
+  for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
+    const gguf_tensor *t = gguf_tensor_at(m->gguf, i);
+    if (t->n_dims >= 2) max_k = MOLE_MAX(max_k, t->ne[0]);
+  }
+  return mole_pool_reserve(m->pool, quant_scratch_bytes(max_k));
+}
+
 typedef struct {
   quant_type vt;
   const float *x;

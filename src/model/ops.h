@@ -64,6 +64,10 @@ typedef struct ops_mm {
 // Runs all matmuls in one fork/join: every thread takes its slice of the
 // rows of every task.
 void ops_mm_run(mole_pool *pool, const ops_mm *tasks, int64_t n_tasks);
+// Reserves the kernel scratch (quant_scratch_bytes) of every thread of
+// m->pool for the longest row of m's matrices: at load, so that a failure is
+// an error there and the matmuls never allocate.
+mole_status ops_mm_reserve(mole_model *m);
 
 // Converts n rows of k floats (stride ldx) to type vt rows at out (stride
 // ostride bytes); threaded when large.
