@@ -47,31 +47,21 @@ static inline __attribute__((always_inline)) void prefetch_rows(const uint8_t *c
     for (int r = 0; r < nr; r++) _mm_prefetch((const char *)p[r] + o + QX_PF, _MM_HINT_T0);
 }
 
-// ---- per-output kernels (the vec_dot orders, and the reference shapes) -------------------------
+// ---- per-output kernels: the one-token orders (vec_dot) and the tiles'
+// ---- single rows (the tiles below take the other orders whole) ---------------------
 
-// 8 lanes of d * (bytes 4l..4l+3), fma per block (q8_0, q4_0 without repack)
-static float dot_l8(bool q4, int64_t k, const void *vw, const void *vx) {
-  const blk_q8_0 *x = vx;
+// q8_0: 8 lanes of d * (bytes 4l..4l+3), fma per block
+static float dot_l8(int64_t k, const void *vw, const void *vx) {
+  const blk_q8_0 *x = vx, *w = vw;
   __m256 acc = _mm256_setzero_ps();
-  const __m256i z = _mm256_setzero_si256();
+  const __m256i z = _mm256_setzero_si256(), off = _mm256_set1_epi8((char)0x80);
   for (int64_t b = 0; b < k / 32; b++) {
-    __m256i xv = _mm256_loadu_si256((const __m256i *)x[b].qs), wu, off;
-    float dw;
-    if (q4) {
-      const blk_q4_0 *w = (const blk_q4_0 *)vw + b;
-      wu = nibbles(w->qs);
-      off = _mm256_set1_epi8(8);
-      dw = f16(w->d);
-    } else {
-      const blk_q8_0 *w = (const blk_q8_0 *)vw + b;
-      off = _mm256_set1_epi8((char)0x80);
-      wu = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)w->qs), off);
-      dw = f16(w->d);
-    }
+    __m256i xv = _mm256_loadu_si256((const __m256i *)x[b].qs);
+    __m256i wu = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)w[b].qs), off);
     // (w + off) . x - off * sum(x), per 4-byte lane: exact
     __m256i corr = _mm256_sub_epi32(z, _mm256_dpbusd_epi32(z, off, xv));
     __m256i is = _mm256_dpbusd_epi32(corr, wu, xv);
-    float d = dw * f16(x[b].d);
+    float d = f16(w[b].d) * f16(x[b].d);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(is), acc);
   }
   return hsum8(acc);
@@ -231,8 +221,9 @@ static float dot_q6k(int64_t k, const void *vw, const void *vx) {
   return s;
 }
 
-// q4_K repack orders for one output (the tile below does 16 at once)
-static float dot_q4k_repack(int step, int64_t k, const void *vw, const void *vx) {
+// q4_K's gemv repack order (V256) for one output, the one-token order (the
+// tile below does 16 at once, V64 too)
+static float dot_q4k_v256(int64_t k, const void *vw, const void *vx) {
   const blk_q4_K *w = vw;
   const blk_q8_K *x = vx;
   float acc = 0, accm = 0;
@@ -250,15 +241,13 @@ static float dot_q4k_repack(int step, int64_t k, const void *vw, const void *vx)
       is[2 * p + 1] = hsum8i(_mm512_extracti64x4_epi64(v, 1));
     }
     const float ds = f16(w[b].d) * x[b].d, dm = f16(w[b].dmin) * x[b].d;
-    for (int p0 = 0; p0 < 4; p0 += step) {
-      int t = 0, m = 0;
-      for (int s = 2 * p0; s < 2 * (p0 + step); s++) {
-        t += sc[s] * is[s];
-        m += mn[s] * (x[b].bsums[2 * s] + x[b].bsums[2 * s + 1]);
-      }
-      acc = fma1((float)t, ds, acc);
-      accm = fma1((float)m, dm, accm);
+    int t = 0, m = 0;
+    for (int s = 0; s < 8; s++) {
+      t += sc[s] * is[s];
+      m += mn[s] * (x[b].bsums[2 * s] + x[b].bsums[2 * s + 1]);
     }
+    acc = fma1((float)t, ds, acc);
+    accm = fma1((float)m, dm, accm);
   }
   return acc - accm;
 }
@@ -328,39 +317,20 @@ static float dot_vbf16(int64_t k, const uint16_t *w, const uint16_t *x) {
   return (float)sum;
 }
 
-static float dot_t16(bool h, int64_t k, const void *w, const void *x) {
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t c = 0; c < k; c += 16) {
-    __m512 a = h ? ld_h((const uint16_t *)w + c) : _mm512_loadu_ps((const float *)w + c);
-    __m512 b = h ? ld_h((const uint16_t *)x + c) : _mm512_loadu_ps((const float *)x + c);
-    acc = _mm512_fmadd_ps(a, b, acc);
-  }
-  return hs16(acc);
-}
-
-static float dot_t32(int64_t k, const uint16_t *w, const uint16_t *x) {
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t c = 0; c < k; c += 32) acc = dpbf(acc, w + c, x + c);
-  return hs16(acc);
-}
-
+// the orders whose single outputs come here (quant_exact_tile_avx512 runs
+// q4_0's, q4_K's repack orders and the tinyBLAS ones in its tiles)
 static void quant_exact_dot_avx512(qx_order o, int64_t k, float *s, const void *w, const void *x) {
   switch (o) {
-    case QX_Q8_0: *s = dot_l8(false, k, w, x); return;
-    case QX_Q4_0_L8: *s = dot_l8(true, k, w, x); return;
+    case QX_Q8_0: *s = dot_l8(k, w, x); return;
     case QX_Q4_0_C1: *s = dot_q4_0_c1(k, w, x); return;
     case QX_Q4_K_K8: *s = dot_k8(false, k, w, x); return;
     case QX_Q5_K_K8: *s = dot_k8(true, k, w, x); return;
-    case QX_Q4_K_V256: *s = dot_q4k_repack(4, k, w, x); return;
-    case QX_Q4_K_V64: *s = dot_q4k_repack(1, k, w, x); return;
+    case QX_Q4_K_V256: *s = dot_q4k_v256(k, w, x); return;
     case QX_Q6_K_K8: *s = dot_q6k(k, w, x); return;
     case QX_F32_VEC: *s = dot_vf32(k, w, x); return;
-    case QX_F32_T16: *s = dot_t16(false, k, w, x); return;
     case QX_F16_VEC: *s = dot_vf16(k, w, x); return;
-    case QX_F16_T16: *s = dot_t16(true, k, w, x); return;
     case QX_BF16_VEC: *s = dot_vbf16(k, w, x); return;
-    case QX_BF16_T32: *s = dot_t32(k, w, x); return;
-    default: MOLE_ASSERT(!"quant_exact_dot_avx512: no such order");
+    default: MOLE_ASSERT(!"quant_exact_dot_avx512: an order its tiles take whole");
   }
 }
 
