@@ -176,8 +176,9 @@ static qx_order token_order(quant_type wt, const qx_op *op, int64_t n_tok, int64
 
 // Tokens per call of the tile and blob kernels: what they keep per token in
 // scratch is then bounded by the row length alone (quant_scratch_bytes).
-// Outputs do not depend on it: each one's order is fixed by the whole op.
-enum { TOK_CHUNK = 64 };
+// Outputs do not depend on it (each one's order is fixed by the whole op);
+// the tiles' panels are decoded once per call, so theirs is long.
+enum { TILE_TOKENS = 512, BLOB_TOKENS = 64 };
 
 // A type with orders: the tokens in runs of one order (q4_K: the gemm tokens,
 // then the gemv ones), R16 groups [i0, g_end) through the level's group
@@ -188,7 +189,7 @@ static void exact_run(const quant_row *row, quant_type wt, const qx_op *op, int6
   for (int64_t j0 = 0; j0 < n_tok;) {
     const qx_order o = token_order(wt, op, n_tok, j0, k);
     int64_t j1 = j0 + 1;
-    while (j1 < n_tok && j1 - j0 < TOK_CHUNK && token_order(wt, op, n_tok, j1, k) == o) j1++;
+    while (j1 < n_tok && j1 - j0 < TILE_TOKENS && token_order(wt, op, n_tok, j1, k) == o) j1++;
     if (g_end > i0) row->tile_r16(o, wt, W, op->n_rows, X, xstride, Y, ldy, i0, g_end, j0, j1, k);
     const int64_t r0 = MOLE_MAX(i0, g_end);
     if (r0 < i1) row->tile(o, W, wstride, X, xstride, Y, ldy, r0, i1, j0, j1, k);
@@ -216,9 +217,9 @@ static void gemm_r16_rows(quant_type wt, const void *W, size_t wstride, const vo
 static void blob_run(quant_type wt, const tq_book *b, const void *W, int64_t n_rows, const float *X, size_t xstride,
                      float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k) {
   const quant_row *row = quant_row_of(wt);
-  for (int64_t j0 = 0; j0 < n_tok; j0 += TOK_CHUNK)
+  for (int64_t j0 = 0; j0 < n_tok; j0 += BLOB_TOKENS)
     row->blob_gemm(b, W, n_rows, (const float *)((const char *)X + (size_t)j0 * xstride), xstride, Y + j0 * ldy, ldy,
-                   i0, i1, MOLE_MIN((int64_t)TOK_CHUNK, n_tok - j0), k);
+                   i0, i1, MOLE_MIN((int64_t)BLOB_TOKENS, n_tok - j0), k);
 }
 
 void quant_tq1_gemm(const tq_book *b, const void *W, int64_t n_rows, const float *X, size_t xstride, float *Y,
@@ -297,11 +298,13 @@ size_t quant_scratch_bytes(int64_t max_k) {
   if (k > SIZE_MAX / 1024) return SIZE_MAX;  // no such matrix fits in memory: the reservation fails
   // held: 16 rows of the R16 type with the most bytes per element (q8_0, 34 per 32)
   const size_t held = 16 * ((k + 31) / 32) * sizeof(blk_q8_0) + 64;
-  // kernels, per TOK_CHUNK tokens: TQ1's are the largest (int16 activations,
+  // kernels: TQ1's are the largest (BLOB_TOKENS tokens: int16 activations,
   // two byte planes, 16 unpacked rows: under 4 bytes per element and token
-  // + 16 per element + 10 KiB); AVX-512's q8_0 panels keep up to 1 MiB of
-  // token data besides 30 bytes per element; the other packings are smaller
-  const size_t kern = TOK_CHUNK * (4 * k + 512) + 32 * k + ((size_t)3 << 19);
+  // + 16 per element + 10 KiB); AVX-512's tiles keep a quarter byte per
+  // element and token of q4_0 token data (TILE_TOKENS tokens: 128 per
+  // element), or up to 1 MiB of q8_0's besides 30 bytes per element; the
+  // other packings are smaller
+  const size_t kern = BLOB_TOKENS * (4 * k + 512) + 32 * k + ((size_t)3 << 19);
   return held + kern;
 }
 
