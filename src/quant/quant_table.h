@@ -6,9 +6,10 @@
 // one) and every kernel call goes through that level's row of its type.
 // A table is complete: what a level does not speed up, its row points at
 // the reference kernel. Dependencies run one way: the scalar reference
-// (quant_ref.c, quant_exact_ref.c, quant_r16.c, quant_tq.c) calls nothing
-// above it; a SIMD file may call the reference (tails, rare shapes) and its
-// own level's files, never another level's.
+// (quant_ref.c, quant_exact_ref.c, quant_r16.c, quant_tq.c) dispatches into
+// nothing (it takes only its scratch from quant.c); a SIMD file may call the
+// reference (tails, rare shapes) and its own level's files, never another
+// level's.
 //
 // What a new tensor type (say q2_K with llama.cpp's order, or iq4_xs) needs:
 //  1. quant_types.c: its geometry (every GGUF id already has one);
@@ -17,21 +18,25 @@
 //  2. The scalar reference, in quant_ref.c or a new quant_<type>_ref.c
 //     (declared in quant_ref.h): to_float, from_float, and its dot product:
 //     - a type whose results must match llama.cpp bit for bit has its
-//       summation orders in quant_exact.h (a qx_order per order, the case
-//       of quant_exact_order that picks it per op and batch, the case of
-//       quant_exact_dot_ref that computes it, and a line in
-//       QX_ONE_TOKEN_ORDERS for its vec_dot); its row's tile is the level's
-//       quant_exact_tile_<isa>, which must then handle the new orders;
+//       summation orders in quant_exact.h: a qx_order per order, the case of
+//       quant_exact_order (quant.c) that picks it per op and batch, the case
+//       of quant_exact_dot_ref that computes it, and a QX_ONE_TOKEN_ORDERS
+//       entry for its vec_dot; its rows' tile is each level's
+//       quant_exact_tile_<isa> (AVX2's and NEON's run the reference's dot for
+//       an order they have no twin of; AVX-512's tile or dot needs a case);
 //     - otherwise a plain quant_vec_dot_<type>_ref (results within float
 //       tolerance of each other across levels), and optionally a gemm.
 //  3. Per SIMD level whose speed matters, the twins in that level's files
 //     (quant_<type>_avx2.c or additions to quant_avx2.c, ..._avx512.c,
-//     ..._neon.c, declared in quant_<isa>.h): bit-identical to the
-//     reference for exact orders, and a test of each against it on random
-//     data at awkward sizes (tests/test_quant.c, test_quant_exact.c).
+//     ..._neon.c, declared in quant_<isa>.h), bit-identical to the
+//     reference for exact orders. Scratch they take comes from
+//     quant_scratch(), which quant_scratch_bytes must bound.
 //  4. One row in each of the four tables (fields not filled stay NULL, which
 //     means "none" as described at quant_row).
-//  5. An R16 layout (quant_r16.c) only with group kernels for it.
+//  5. Tests: the type in test_quant.c's k_weight_types (its twins against the
+//     reference at awkward sizes, the scratch bound; test_tables checks the
+//     rows agree) and its orders in test_quant_exact.c's k_orders.
+//  An R16 layout (quant_r16.c) comes only with group kernels for it.
 #ifndef MOLE_QUANT_TABLE_H
 #define MOLE_QUANT_TABLE_H
 
