@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "base/base.h"
+#include "base/pool.h"
 #include "compress/codebook.h"
 #include "quant/quant.h"
 #include "quant/quant_tq.h"
@@ -50,6 +51,10 @@ static double cpu_now(void) {
 
 static void *run_job(void *p) {
   job *j = p;
+  if (mole_scratch_reserve(quant_scratch_bytes(j->k))) {  // the kernels' scratch of this thread
+    fprintf(stderr, "%s\n", mole_last_error());
+    exit(1);
+  }
   double c0 = cpu_now();
   for (int r = 0; r < j->reps; r++) {
     const char *W = j->W + (j->copies > 1 ? (size_t)(r % j->copies) * j->wstride : 0);

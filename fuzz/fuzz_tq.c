@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/pool.h"
 #include "quant/quant_tq.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -27,7 +28,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint8_t *blob = malloc(size ? size : 1);
   if (size) memcpy(blob, data, size);
   char err[160];
-  if (tq1_check(b, blob, size, n_rows, k, err, sizeof err)) {
+  // the kernels' scratch (k <= 512 here)
+  if (tq1_check(b, blob, size, n_rows, k, err, sizeof err) && mole_scratch_reserve(quant_scratch_bytes(k)) == MOLE_OK) {
     float *x = calloc((size_t)(k * 2), sizeof *x), *yr = calloc((size_t)(n_rows * 2), sizeof *yr),
           *ys = calloc((size_t)(n_rows * 2), sizeof *ys);
     for (int64_t i = 0; i < 2 * k; i++) x[i] = (float)((i * 37) % 11) - 5.0f;

@@ -1,5 +1,6 @@
-// model ops: the AVX-512 swiglu and axpy equal their scalar references bit for bit at
-// awkward sizes; the polynomial exp is accurate; rope keeps norms.
+// model ops: every ISA level's swiglu, axpy and p.V (AVX-512, NEON twins)
+// equal their scalar references bit for bit at awkward sizes, and the level
+// follows src/quant's; the polynomial exp is accurate; rope keeps norms.
 #include <math.h>
 #include <string.h>
 
@@ -16,9 +17,30 @@ static void test_expf_poly(void **st) {
   assert_true(isinf(ops_expf_poly_ref(200.0f)));
 }
 
+// the levels this CPU runs
+static int top_level(void) { return quant_force_isa(99); }
+
+// The kernels in use are those of quant's level, which MOLE_ISA and
+// quant_force_isa set: AVX2 has no twins of its own (the references).
+static void test_levels(void **st) {
+  (void)st;
+  assert_null(ops_kernels_at(QUANT_ISA_TOP + 1));
+  assert_ptr_equal(ops_kernels_at(QUANT_ISA_SCALAR)->axpy, ops_axpy_ref);
+#if defined(__aarch64__)
+  assert_ptr_equal(ops_kernels_at(QUANT_ISA_NEON)->pv, ops_pv_neon);
+#else
+  assert_ptr_equal(ops_kernels_at(QUANT_ISA_AVX2)->swiglu, ops_swiglu_ref);
+  assert_ptr_equal(ops_kernels_at(QUANT_ISA_AVX512)->swiglu, ops_swiglu_avx512);
+#endif
+  for (int lvl = 0; lvl <= top_level(); lvl++) {
+    quant_force_isa(lvl);
+    assert_int_equal(quant_level(), lvl);
+  }
+  quant_force_isa(99);
+}
+
 static void test_swiglu_simd_vs_ref(void **st) {
   (void)st;
-  if (!ops_have_simd()) skip();
   uint64_t rs = 7;
   const int64_t sizes[] = {1, 15, 16, 17, 31, 33, 96, 1408, 3583};
   for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
@@ -29,8 +51,10 @@ static void test_swiglu_simd_vs_ref(void **st) {
       u[i] = tu_rand_uniform(&rs, -3, 3);
     }
     ops_swiglu_ref(a, g, u, n);
-    ops_swiglu_simd(b, g, u, n);
-    assert_memory_equal(a, b, (size_t)n * sizeof(float));
+    for (int lvl = 0; lvl <= top_level(); lvl++) {
+      ops_kernels_at(lvl)->swiglu(b, g, u, n);
+      assert_memory_equal(a, b, (size_t)n * sizeof(float));
+    }
     for (int64_t i = 0; i < n; i++) {
       const float want = g[i] / (1.0f + expf(-g[i])) * u[i];
       assert_true(fabsf(a[i] - want) <= 1e-6f * fabsf(want) + 1e-30f);
@@ -40,7 +64,6 @@ static void test_swiglu_simd_vs_ref(void **st) {
 
 static void test_axpy_simd_vs_ref(void **st) {
   (void)st;
-  if (!ops_have_simd()) skip();
   uint64_t rs = 11;
   const int64_t sizes[] = {0, 1, 7, 15, 16, 17, 31, 33, 128, 1023, 1025};
   for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
@@ -51,17 +74,21 @@ static void test_axpy_simd_vs_ref(void **st) {
       a[i] = b[i] = tu_rand_uniform(&rs, -5, 5);
     }
     const float w = tu_rand_uniform(&rs, -2, 2);
-    ops_axpy_ref(a, v, w, n);
-    ops_axpy_simd(b, v, w, n);
-    assert_memory_equal(a, b, sizeof a);  // past n untouched too
-    ops_axpy(b, v, w, n);
-    ops_axpy_ref(a, v, w, n);
-    assert_memory_equal(a, b, sizeof a);
+    for (int lvl = 0; lvl <= top_level(); lvl++) {  // each level's, then the one in use
+      ops_axpy_ref(a, v, w, n);
+      ops_kernels_at(lvl)->axpy(b, v, w, n);
+      assert_memory_equal(a, b, sizeof a);  // past n untouched too
+      quant_force_isa(lvl);
+      ops_axpy(b, v, w, n);
+      ops_axpy_ref(a, v, w, n);
+      assert_memory_equal(a, b, sizeof a);
+    }
+    quant_force_isa(99);
   }
 }
 
-// p.V over a tile of keys: the AVX-512 twin and the dispatch give the bits of
-// one ops_axpy_ref per key, at awkward widths (masked tails) and lengths
+// p.V over a tile of keys: every level's kernel and the dispatch give the bits
+// of one ops_axpy_ref per key, at awkward widths (masked tails) and lengths
 static void test_pv_simd_vs_ref(void **st) {
   (void)st;
   uint64_t rs = 13;
@@ -78,10 +105,10 @@ static void test_pv_simd_vs_ref(void **st) {
       assert_memory_equal(a, b, sizeof a);
       ops_pv(c, p, V, n, d);
       assert_memory_equal(a, c, sizeof a);  // past d untouched too
-      if (ops_have_simd()) {
+      for (int lvl = 0; lvl <= top_level(); lvl++) {
         for (int64_t i = 0; i < 140; i++) c[i] = b[i];
         for (int64_t i = 0; i < n; i++) ops_axpy_ref(b, V + i * d, p[i], d);
-        ops_pv_simd(c, p, V, n, d);
+        ops_kernels_at(lvl)->pv(c, p, V, n, d);
         assert_memory_equal(b, c, sizeof b);
       }
     }
@@ -115,6 +142,7 @@ static void test_rope_norm(void **st) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_expf_poly),
+      cmocka_unit_test(test_levels),
       cmocka_unit_test(test_swiglu_simd_vs_ref),
       cmocka_unit_test(test_axpy_simd_vs_ref),
       cmocka_unit_test(test_pv_simd_vs_ref),

@@ -1,13 +1,16 @@
-// quant: reference conversions (known values, round trips), and every SIMD
-// kernel against its scalar twin on random data at awkward sizes, at each ISA
-// level this CPU has.
+// quant: the tables of the ISA levels (complete, consistent), reference
+// conversions (known values, round trips), every SIMD kernel against its
+// scalar twin on random data at awkward sizes at each ISA level this CPU has,
+// and the kernel scratch bound.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
+#include "base/pool.h"
 #include "quant/quant.h"
 #include "quant/quant_internal.h"
+#include "quant/quant_table.h"
 #include "testutil.h"
 
 static const quant_type k_weight_types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1,
@@ -73,9 +76,45 @@ static void test_traits(void **st) {
   assert_true(quant_traits_of(QT_Q4_0)->is_quantized && !quant_traits_of(QT_F16)->is_quantized);
   assert_int_equal(quant_force_isa(0), 0);
   assert_string_equal(quant_isa_name(), "scalar");
+  assert_int_equal(quant_level(), 0);
   int m = max_level();
   mole_log(MOLE_LOG_INFO, "quant: best ISA %s", quant_isa_name());
-  assert_true(m >= 0 && m <= 2);
+  assert_true(m >= 0 && m <= QUANT_ISA_TOP && quant_level() == m);
+  assert_null(quant_table_at(QUANT_ISA_TOP + 1));
+}
+
+// Every level's table has a row for each type of the reference's, with the
+// same geometry and the same kinds of kernels (a level may only swap in its
+// own); the rows in use are the level's.
+static void test_tables(void **st) {
+  (void)st;
+  for (int lvl = 0; lvl <= QUANT_ISA_TOP; lvl++) {
+    const quant_row *tab = quant_table_at(lvl);
+    for (int t = 0; t < QT_COUNT; t++) {
+      const quant_row *a = &tab[t], *r = &quant_table_ref[t];
+      const char *what = quant_isa_level_name(lvl);
+      if ((a->tr.name == NULL) != (r->tr.name == NULL)) fail_msg("%s: type %d in one table only", what, t);
+      if (!r->tr.name) continue;
+      assert_string_equal(a->tr.name, r->tr.name);
+      if (a->tr.blck_size != r->tr.blck_size || a->tr.type_size != r->tr.type_size ||
+          a->tr.is_quantized != r->tr.is_quantized || a->tr.vec_dot_type != r->tr.vec_dot_type || a->r16 != r->r16)
+        fail_msg("%s %s: geometry differs from the reference's", what, r->tr.name);
+      if ((a->tr.to_float == NULL) != (r->tr.to_float == NULL) || (a->tr.from_float == NULL) != (r->tr.from_float == NULL) ||
+          (a->tr.vec_dot == NULL) != (r->tr.vec_dot == NULL) || (a->tile == NULL) != (r->tile == NULL) ||
+          (a->blob_gemm == NULL) != (r->blob_gemm == NULL))
+        fail_msg("%s %s: kernels missing or extra against the reference's", what, r->tr.name);
+      if (a->tile_r16 && (a->r16 == QR16_NONE || !a->tile)) fail_msg("%s %s: R16 kernel without R16 orders", what, r->tr.name);
+      if (a->gemm && a->tile) fail_msg("%s %s: a gemm beside the exact tiles", what, r->tr.name);
+    }
+    if (lvl <= max_level()) {
+      quant_force_isa(lvl);
+      assert_ptr_equal(quant_traits_of(QT_Q4_0), &tab[QT_Q4_0].tr);
+    }
+  }
+  quant_force_isa(99);
+  for (int t = 0; t < QT_COUNT; t++)
+    if (quant_table_ref[t].tr.name && !quant_is_blob(t))
+      assert_true(quant_table_ref[t].tr.type_size == quant_type_size((uint32_t)t));
 }
 
 // ---- f16 / bf16 known values ------------------------------------------------------
@@ -537,11 +576,83 @@ static void test_gemm(void **st) {
   }
 }
 
+// ---- scratch: quant_scratch_bytes covers every kernel ------------------------------------------
+// Every weight type at every level, rows and R16, one token and more than a
+// tile call takes (512), in a pool whose scratch is exactly
+// quant_scratch_bytes(k): a kernel asking for more aborts (MOLE_ASSERT).
+
+typedef struct {
+  quant_type t;
+  quant_layout lay;
+  const char *W;
+  size_t wstride;
+  const char *X;
+  size_t xstride;
+  float *Y;
+  int64_t rows, n_tok, k;
+} bound_job;
+
+static void bound_worker(void *ctx, int ith, int nth) {
+  (void)ith, (void)nth;
+  const bound_job *j = ctx;
+  const quant_op op = {.n_rows = j->rows};
+  quant_gemm_op(j->t, j->lay, j->W, j->wstride, j->X, j->xstride, j->Y, j->rows, 0, j->rows, j->n_tok, j->k, &op);
+}
+
+static void test_scratch_bound(void **st) {
+  (void)st;
+  uint64_t s = 9;
+  const int64_t rows = 32, n_tok = 520, k = tu_asan() ? 1024 : 4096;
+  mole_pool *pool;
+  assert_int_equal(mole_pool_init(1, &pool), MOLE_OK);
+  assert_int_equal(mole_pool_reserve(pool, quant_scratch_bytes(k)), MOLE_OK);
+  float *buf = tu_xalloc((size_t)k * sizeof(float)), *Y = tu_xalloc((size_t)(rows * n_tok) * sizeof(float));
+  for (size_t ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+    const quant_type t = k_weight_types[ti];
+    const quant_traits *R = quant_traits_ref(t), *V = quant_traits_ref(R->vec_dot_type);
+    bound_job j = {.t = t, .wstride = quant_row_size(t, k), .xstride = quant_row_size(R->vec_dot_type, k), .Y = Y,
+                   .rows = rows, .n_tok = n_tok, .k = k};
+    char *W = tu_xalloc(j.wstride * (size_t)rows), *P = tu_xalloc(j.wstride * (size_t)rows);
+    char *X = tu_xalloc(j.xstride * (size_t)n_tok);
+    for (int64_t i = 0; i < rows; i++) {
+      fill(&s, buf, k, -1, 1);
+      R->from_float(buf, W + (size_t)i * j.wstride, k);
+    }
+    for (int64_t i = 0; i < n_tok; i++) {
+      fill(&s, buf, k, -1, 1);
+      V->from_float(buf, X + (size_t)i * j.xstride, k);
+    }
+    const bool r16 = quant_r16_supported(t, rows);
+    if (r16) quant_r16_pack(t, W, P, k, rows, 0, rows / 16);
+    j.X = X;
+    for (int lvl = 0; lvl <= max_level(); lvl++) {
+      quant_force_isa(lvl);
+      for (int64_t nt = 1; nt <= n_tok; nt += n_tok - 1) {
+        j.n_tok = nt;
+        j.lay = QL_ROWS, j.W = W;
+        mole_pool_run(pool, bound_worker, &j);
+        if (!r16) continue;
+        j.lay = QL_R16, j.W = P;
+        mole_pool_run(pool, bound_worker, &j);
+      }
+    }
+    quant_force_isa(99);
+    mole_aligned_free(W);
+    mole_aligned_free(P);
+    mole_aligned_free(X);
+  }
+  mole_aligned_free(buf);
+  mole_aligned_free(Y);
+  mole_pool_free(pool);
+}
+
 int main(void) {
+  if (mole_scratch_reserve((size_t)64 << 20)) return 1;  // the kernels' scratch on this thread
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_traits),        cmocka_unit_test(test_f16_known),  cmocka_unit_test(test_bf16_known),
-      cmocka_unit_test(test_float_rows),    cmocka_unit_test(test_known_blocks), cmocka_unit_test(test_round_trip),
-      cmocka_unit_test(test_act_quant),     cmocka_unit_test(test_vec_dot),    cmocka_unit_test(test_gemm),
+      cmocka_unit_test(test_traits),      cmocka_unit_test(test_tables),       cmocka_unit_test(test_f16_known),
+      cmocka_unit_test(test_bf16_known),  cmocka_unit_test(test_float_rows),   cmocka_unit_test(test_known_blocks),
+      cmocka_unit_test(test_round_trip),  cmocka_unit_test(test_act_quant),    cmocka_unit_test(test_vec_dot),
+      cmocka_unit_test(test_gemm),        cmocka_unit_test(test_scratch_bound),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,16 +1,19 @@
-// quant_exact: the llama.cpp-order kernels. The SIMD twins (AVX-512, NEON) against the
-// scalar references bit for bit on random data at awkward sizes (every tile
-// edge), the choice of order per op, and golden hashes of outputs that
-// llama.cpp's CPU backend computed on the same inputs (mul_mat / mul_mat_id
-// through ggml with its repack buffers and llamafile, as llama-cli runs).
+// quant_exact: the llama.cpp-order kernels. Every level's table (AVX2,
+// AVX-512; NEON) against the scalar references bit for bit on random data at
+// awkward sizes (every tile edge), the choice of order per op, and golden
+// hashes of outputs that llama.cpp's CPU backend computed on the same inputs
+// (mul_mat / mul_mat_id through ggml with its repack buffers and llamafile,
+// as llama-cli runs).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
+#include "base/pool.h"
 #include "quant/quant.h"
 #include "quant/quant_exact.h"
 #include "quant/quant_internal.h"
+#include "quant/quant_table.h"
 #include "testutil.h"
 
 // ---- deterministic inputs (integer arithmetic only: the same bits on every
@@ -89,10 +92,11 @@ static void gen_wrow(uint64_t *s, quant_type t, int64_t k, void *row) {
 
 static quant_type vec_type(quant_type t) { return quant_traits_ref(t)->vec_dot_type; }
 
-static bool have_simd(void) { return quant_force_isa(99) >= QUANT_ISA_EXACT_SIMD; }
-
 // the SIMD levels this CPU runs (AVX2, AVX-512; NEON): each one's twins are checked
 static int top_level(void) { return quant_force_isa(99); }
+
+// the row of type t in the table of level lvl
+static const quant_row *row_at(int lvl, quant_type t) { return &quant_table_at(lvl)[t]; }
 
 static uint32_t fbits(float f) {
   uint32_t u;
@@ -125,7 +129,11 @@ static void test_orders(void **st) {
   assert_int_equal(quant_exact_order(QT_BF16, &dense, 5, 0, 48), QX_BF16_VEC);
   assert_int_equal(quant_exact_order(QT_BF16, &dense, 5, 0, 64), QX_BF16_T32);
   assert_int_equal(quant_exact_order(QT_Q4_1, &dense, 5, 0, 64), QX_NONE);
-  assert_null(quant_exact_vec_dot(QT_Q4_1, 0));
+  // a type has tiles at every level exactly when it has orders
+  for (int lvl = 0; lvl <= QUANT_ISA_TOP; lvl++)
+    for (int t = 0; t < QT_COUNT; t++)
+      if ((row_at(lvl, (quant_type)t)->tile != NULL) != (quant_exact_order((quant_type)t, &dense, 1, 0, 256) != QX_NONE))
+        fail_msg("level %s, %s: tile and orders disagree", quant_isa_level_name(lvl), quant_type_name((uint32_t)t));
 }
 
 // ---- SIMD twins vs references --------------------------------------------------------------
@@ -176,10 +184,15 @@ static void gen_xrows(uint64_t *s, quant_type t, int64_t k, int64_t n, char *X, 
   mole_aligned_free(f);
 }
 
+// One output in every order at awkward k, each level against the reference:
+// the tile of one row and one token (what a level's tile does with a single
+// output: its per-output kernel, or its panels with one live lane), and the
+// vec_dot of the one-token orders.
 static void test_dot_twins(void **st) {
   (void)st;
   if (top_level() == 0) skip();
   uint64_t s = 11;
+  const qx_op one = {.n_rows = 0, .expert = false};
   for (size_t oi = 0; oi < N_ORDERS; oi++) {
     const qx_order o = k_orders[oi].o;
     const quant_type t = k_orders[oi].t;
@@ -188,15 +201,20 @@ static void test_dot_twins(void **st) {
     for (int ki = 0; ki < nk; ki++) {
       const int64_t k = ks[ki];
       char *w = tu_xalloc(quant_row_size(t, k)), *x = tu_xalloc(quant_row_size(vec_type(t), k));
+      const bool one_token = quant_exact_order(t, &one, 1, 0, k) == o;
       for (int rep = 0; rep < 4; rep++) {
         gen_wrow(&s, t, k, w);
         gen_xrows(&s, t, k, 1, x, 0);
         float a = -1, b = -2;
         quant_exact_dot_ref(o, k, &a, w, x);
-        for (int lvl = 1; lvl <= top_level(); lvl++) {
-          quant_exact_dot_of(lvl)(o, k, &b, w, x);
+        for (int lvl = 0; lvl <= top_level(); lvl++) {
+          row_at(lvl, t)->tile(o, w, 0, x, 0, &b, 1, 0, 1, 0, 1, k);
           if (fbits(a) != fbits(b))
-            fail_msg("order %d k %lld: ref %.9g %s %.9g", (int)o, (long long)k, a, quant_isa_level_name(lvl), b);
+            fail_msg("order %d k %lld: ref %.9g, %s tile %.9g", (int)o, (long long)k, a, quant_isa_level_name(lvl), b);
+          if (!one_token) continue;
+          row_at(lvl, t)->tr.vec_dot(k, &b, w, x);
+          if (fbits(a) != fbits(b))
+            fail_msg("order %d k %lld: ref %.9g, %s vec_dot %.9g", (int)o, (long long)k, a, quant_isa_level_name(lvl), b);
         }
       }
       mole_aligned_free(w);
@@ -219,7 +237,7 @@ static void check_tile(uint64_t *s, qx_order o, quant_type t, int64_t k, int64_t
   quant_exact_tile_ref(o, W, wstride, X, xstride, Y0, ldy, i0, i1, j0, j1, k);
   for (int lvl = 1; lvl <= top_level(); lvl++) {
   for (int64_t e = 0; e < ldy * n; e++) Y1[e] = -7.0f;
-  quant_exact_tile_of(lvl)(o, W, wstride, X, xstride, Y1, ldy, i0, i1, j0, j1, k);
+  row_at(lvl, t)->tile(o, W, wstride, X, xstride, Y1, ldy, i0, i1, j0, j1, k);
   for (int64_t j = 0; j < n; j++)
     for (int64_t i = 0; i < ldy; i++) {
       const float a = Y0[j * ldy + i], b = Y1[j * ldy + i];
@@ -295,7 +313,7 @@ static void test_gemm_split(void **st) {
       const qx_op one = {.n_rows = 0, .expert = false};
       for (int lv = 0; lv <= top_level(); lv++) {
         float a, r;
-        quant_exact_vec_dot(t, lv)(k, &a, W, X);
+        row_at(lv, t)->tr.vec_dot(k, &a, W, X);
         quant_exact_dot_ref(quant_exact_order(t, &one, 1, 0, k), k, &r, W, X);
         assert_int_equal(fbits(a), fbits(r));
       }
@@ -366,13 +384,13 @@ static void test_r16_layout(void **st) {
   assert_false(quant_r16_supported(QT_F32, 64));
 }
 
-// R16 tiles: the AVX-512 kernel and the reference against the row-layout
-// reference on the same weights, every token count of the register paths
-// and beyond, partial panels, nothing written outside
+// R16 tiles: the reference and every level's group kernel (AVX-512: every
+// R16 type; AVX2: q4_0, q4_K) against the row-layout reference on the same
+// weights, every token count of the register paths and beyond, partial
+// panels, nothing written outside
 static void test_r16_tiles(void **st) {
   (void)st;
   uint64_t s = 43;
-  const bool simd = have_simd();
   for (size_t oi = 0; oi < sizeof k_r16 / sizeof k_r16[0]; oi++) {
     const qx_order o = k_r16[oi].o;
     const quant_type t = k_r16[oi].t;
@@ -388,40 +406,26 @@ static void test_r16_tiles(void **st) {
       char *W, *R, *X = tu_xalloc(xstride * (size_t)n);
       gen_r16(&s, t, k, rows, &W, &R);
       gen_xrows(&s, t, k, n, X, xstride);
-      float *Y0 = tu_xalloc(sizeof(float) * (size_t)(ldy * n)), *Y1 = tu_xalloc(sizeof(float) * (size_t)(ldy * n)),
-            *Y2 = tu_xalloc(sizeof(float) * (size_t)(ldy * n));
-      for (int64_t e = 0; e < ldy * n; e++) Y0[e] = Y1[e] = Y2[e] = -7.0f;
+      float *Y0 = tu_xalloc(sizeof(float) * (size_t)(ldy * n)), *Y1 = tu_xalloc(sizeof(float) * (size_t)(ldy * n));
+      for (int64_t e = 0; e < ldy * n; e++) Y0[e] = -7.0f;
       quant_exact_tile_ref(o, W, rb, X, xstride, Y0, ldy, i0, i1, 0, n, k);
-      quant_exact_tile_r16_ref(o, t, R, rows, X, xstride, Y1, ldy, i0, i1, 0, n, k);
-      if (simd) quant_exact_tile_r16_simd(o, t, R, rows, X, xstride, Y2, ldy, i0, i1, 0, n, k);
-#if !defined(__aarch64__)
-      if (top_level() >= QUANT_ISA_AVX2) {  // the AVX2 group kernels (q4_0, q4_K; the reference otherwise)
-        float *Y3 = tu_xalloc(sizeof(float) * (size_t)(ldy * n));
-        for (int64_t e = 0; e < ldy * n; e++) Y3[e] = -7.0f;
-        quant_exact_tile_r16_avx2(o, t, R, rows, X, xstride, Y3, ldy, i0, i1, 0, n, k);
+      for (int lvl = -1; lvl <= top_level(); lvl++) {  // -1: the reference
+        const qx_tile_r16_fn tile = lvl < 0 ? quant_exact_tile_r16_ref : row_at(lvl, t)->tile_r16;
+        if (!tile) continue;
+        for (int64_t e = 0; e < ldy * n; e++) Y1[e] = -7.0f;
+        tile(o, t, R, rows, X, xstride, Y1, ldy, i0, i1, 0, n, k);
         for (int64_t e = 0; e < ldy * n; e++)
-          if (fbits(Y0[e]) != fbits(Y3[e]))
-            fail_msg("order %d rows %lld [%lld,%lld) n %lld k %lld: r16 avx2 Y[%lld][%lld] %.9g vs ref %.9g", (int)o,
-                     (long long)rows, (long long)i0, (long long)i1, (long long)n, (long long)k, (long long)(e / ldy),
-                     (long long)(e % ldy), Y3[e], Y0[e]);
-        mole_aligned_free(Y3);
-      }
-#endif
-      for (int64_t e = 0; e < ldy * n; e++) {
-        if (fbits(Y0[e]) != fbits(Y1[e]))
-          fail_msg("order %d rows %lld n %lld: r16 ref Y[%lld] %.9g vs rows %.9g", (int)o, (long long)rows, (long long)n,
-                   (long long)e, Y1[e], Y0[e]);
-        if (simd && fbits(Y0[e]) != fbits(Y2[e]))
-          fail_msg("order %d rows %lld [%lld,%lld) n %lld k %lld: r16 simd Y[%lld][%lld] %.9g vs ref %.9g", (int)o,
-                   (long long)rows, (long long)i0, (long long)i1, (long long)n, (long long)k, (long long)(e / ldy),
-                   (long long)(e % ldy), Y2[e], Y0[e]);
+          if (fbits(Y0[e]) != fbits(Y1[e]))
+            fail_msg("order %d rows %lld [%lld,%lld) n %lld k %lld: r16 %s Y[%lld][%lld] %.9g vs ref %.9g", (int)o,
+                     (long long)rows, (long long)i0, (long long)i1, (long long)n, (long long)k,
+                     lvl < 0 ? "ref" : quant_isa_level_name(lvl), (long long)(e / ldy), (long long)(e % ldy), Y1[e],
+                     Y0[e]);
       }
       mole_aligned_free(W);
       mole_aligned_free(R);
       mole_aligned_free(X);
       mole_aligned_free(Y0);
       mole_aligned_free(Y1);
-      mole_aligned_free(Y2);
     }
   }
 }
@@ -549,6 +553,7 @@ static void test_golden(void **st) {
 
 int main(void) {
   quant_init();
+  if (mole_scratch_reserve((size_t)64 << 20)) return 1;  // the kernels' scratch on this thread
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_orders),     cmocka_unit_test(test_dot_twins), cmocka_unit_test(test_tile_twins),
       cmocka_unit_test(test_gemm_split), cmocka_unit_test(test_r16_layout), cmocka_unit_test(test_r16_tiles),

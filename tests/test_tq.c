@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "base/pool.h"
 #include "quant/quant.h"
 #include "quant/quant_tq.h"
 #include "testutil.h"
@@ -630,7 +631,7 @@ static void tq2_gemm_c(const void *c, const float *X, size_t xs, float *Y, int64
 static void tq2_ref_c(const void *c, const float *X, size_t xs, float *Y, int64_t ldy, int64_t i0, int64_t i1,
                       int64_t n_tok) {
   const mat_ctx *m = c;
-  quant_tq2_gemm_ref(m->blob, m->n_rows, X, xs, Y, ldy, i0, i1, n_tok, m->k);
+  quant_tq2_gemm_ref(NULL, m->blob, m->n_rows, X, xs, Y, ldy, i0, i1, n_tok, m->k);
 }
 static void tq2_deq_c(const void *c, int64_t r, float *y) {
   const mat_ctx *m = c;
@@ -674,11 +675,70 @@ static void test_tq2(void **state) {
     }
 }
 
+// ---- scratch: quant_scratch_bytes covers the blob kernels ------------------------------------
+// TQ1 (every book's kernels) and TQ2 at every level, one token and more than a
+// kernel call takes, through quant_gemm_op in a pool whose scratch is exactly
+// quant_scratch_bytes(k): a kernel asking for more aborts (MOLE_ASSERT).
+
+typedef struct {
+  quant_type t;
+  const tq_book *book;
+  const void *W;
+  int64_t rows, k, n_tok;
+  const float *X;
+  float *Y;
+} bound_job;
+
+static void bound_worker(void *ctx, int ith, int nth) {
+  (void)ith, (void)nth;
+  const bound_job *j = ctx;
+  const quant_op op = {.n_rows = j->rows, .book = j->book};
+  quant_gemm_op(j->t, QL_ROWS, j->W, 0, j->X, (size_t)j->k * sizeof(float), j->Y, j->rows, 0, j->rows, j->n_tok, j->k,
+                &op);
+}
+
+static void test_scratch_bound(void **state) {
+  (void)state;
+  uint64_t st = 41;
+  const int64_t R = 20, k = tu_asan() ? 2048 : 14336, n_tok = 70;
+  mole_pool *pool;
+  assert_int_equal(mole_pool_init(1, &pool), MOLE_OK);
+  assert_int_equal(mole_pool_reserve(pool, quant_scratch_bytes(k)), MOLE_OK);
+  float *X = tu_xalloc((size_t)(n_tok * k) * sizeof(float)), *Y = tu_xalloc((size_t)(n_tok * R) * sizeof(float));
+  for (int64_t e = 0; e < n_tok * k; e++) X[e] = tu_rand_uniform(&st, -2, 2);
+  uint8_t *q = malloc((size_t)(R * k)), z[20];
+  float sc[20];
+  for (int64_t e = 0; e < R * k; e++) q[e] = (uint8_t)(tu_rand_u64(&st) & 3);
+  for (int64_t r = 0; r < R; r++) z[r] = 1, sc[r] = 0.01f;
+  uint8_t *tq2 = tu_xalloc(tq2_matrix_bytes(R, k));
+  tq2_encode(q, sc, z, R, k, tq2);
+  tq_book *books[3] = {g_wide, g_win32, g_narrow};
+  const int maxl = quant_force_isa(99);
+  for (int i = 0; i < 4; i++) {
+    g_book = books[i % 3];
+    tq1_mat m = make_tq1(&st, R, k, 1.0f);
+    bound_job j = i < 3 ? (bound_job){QT_TQ1, g_book, m.blob, R, k, 1, X, Y} : (bound_job){QT_TQ2, NULL, tq2, R, k, 1, X, Y};
+    for (int lv = 0; lv <= maxl; lv++) {
+      quant_force_isa(lv);
+      for (j.n_tok = 1; j.n_tok <= n_tok; j.n_tok += n_tok - 1) mole_pool_run(pool, bound_worker, &j);
+    }
+    free_tq1(&m);
+  }
+  g_book = g_wide;
+  quant_force_isa(maxl);
+  free(q);
+  mole_aligned_free(tq2);
+  mole_aligned_free(X);
+  mole_aligned_free(Y);
+  mole_pool_free(pool);
+}
+
 int main(void) {
+  if (mole_scratch_reserve((size_t)64 << 20)) return 1;  // the kernels' scratch on this thread
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_book_bad),       cmocka_unit_test(test_book_table), cmocka_unit_test(test_quantize_x),
       cmocka_unit_test(test_tq1_round_trip), cmocka_unit_test(test_tq1_check),  cmocka_unit_test(test_tq1_gemm),
-      cmocka_unit_test(test_tq1_extremes),   cmocka_unit_test(test_tq2),
+      cmocka_unit_test(test_tq1_extremes),   cmocka_unit_test(test_tq2),        cmocka_unit_test(test_scratch_bound),
   };
   return cmocka_run_group_tests(tests, setup_book, teardown_book);
 }

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define CPU_RELAX() _mm_pause()
@@ -11,6 +12,33 @@
 #endif
 
 enum { SPIN_ITERS = 200000 };
+
+// Kernel scratch (pool.h). Outside the allocator's accounting, like libc's
+// own caches: most of a reservation is an upper bound the kernels never
+// touch, so it is address space rather than memory.
+typedef struct {
+  void *p;
+  size_t n;
+} scratch_buf;
+
+static _Thread_local scratch_buf t_own;            // mole_scratch_reserve
+static _Thread_local const scratch_buf *t_job;     // the pool's, while a job runs on this thread
+static pthread_key_t g_own_key;                    // frees t_own when its thread exits
+static pthread_once_t g_own_once = PTHREAD_ONCE_INIT;
+
+static void own_free(void *v) { free(((scratch_buf *)v)->p); }
+static void own_key_init(void) { MOLE_ASSERT(pthread_key_create(&g_own_key, own_free) == 0); }
+
+// Grows b to at least n bytes (64-byte aligned); false (b unchanged) when out of memory.
+static bool scratch_grow(scratch_buf *b, size_t n) {
+  if (n <= b->n) return true;
+  void *p = NULL;
+  if (posix_memalign(&p, 64, n) != 0) return false;
+  free(b->p);
+  b->p = p;
+  b->n = n;
+  return true;
+}
 
 typedef struct {
   mole_pool *pool;
@@ -29,6 +57,7 @@ struct mole_pool {
   void *ctx;
   pthread_mutex_t mu;
   pthread_cond_t cv;
+  scratch_buf *scr;  // [nth] kernel scratch per thread, NULL until reserved
 };
 
 static void *pool_main(void *arg) {
@@ -54,7 +83,9 @@ static void *pool_main(void *arg) {
     }
     if (atomic_load(&p->stop)) return NULL;
     seen = g;
+    t_job = p->scr ? &p->scr[w->ith] : NULL;
     p->fn(p->ctx, w->ith, p->nth);
+    t_job = NULL;
     atomic_fetch_add_explicit(&p->n_done, 1, memory_order_release);
   }
 }
@@ -96,15 +127,45 @@ void mole_pool_free(mole_pool *p) {
   for (int i = 0; i + 1 < p->nth && p->workers; i++) pthread_join(p->workers[i].tid, NULL);
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->cv);
+  for (int i = 0; p->scr && i < p->nth; i++) free(p->scr[i].p);
+  mole_free(p->scr);
   mole_free(p->workers);
   mole_free(p);
 }
 
 int mole_pool_nth(const mole_pool *p) { return p->nth; }
 
+mole_status mole_pool_reserve(mole_pool *p, size_t bytes) {
+  if (!p->scr && !(p->scr = mole_calloc((size_t)p->nth, sizeof *p->scr)))
+    return mole_errorf(MOLE_ERR_NOMEM, "thread pool: out of memory");
+  for (int i = 0; i < p->nth; i++)
+    if (!scratch_grow(&p->scr[i], bytes))
+      return mole_errorf(MOLE_ERR_NOMEM, "thread pool: out of memory for %zu bytes of kernel scratch per thread (%d threads)",
+                         bytes, p->nth);
+  return MOLE_OK;
+}
+
+mole_status mole_scratch_reserve(size_t bytes) {
+  pthread_once(&g_own_once, own_key_init);
+  if (!scratch_grow(&t_own, bytes))
+    return mole_errorf(MOLE_ERR_NOMEM, "out of memory for %zu bytes of kernel scratch", bytes);
+  pthread_setspecific(g_own_key, &t_own);
+  return MOLE_OK;
+}
+
+void *mole_scratch(size_t *bytes) {
+  const scratch_buf *b = t_job ? t_job : &t_own;
+  *bytes = b->n;
+  return b->p;
+}
+
 void mole_pool_run(mole_pool *p, mole_pool_fn fn, void *ctx) {
+  // thread 0 is the caller: the pool's buffer 0 while fn runs here (jobs may nest across pools)
+  const scratch_buf *outer = t_job;
+  if (p->scr) t_job = &p->scr[0];
   if (p->nth == 1) {
     fn(ctx, 0, 1);
+    t_job = outer;
     return;
   }
   p->fn = fn;
@@ -117,6 +178,7 @@ void mole_pool_run(mole_pool *p, mole_pool_fn fn, void *ctx) {
     pthread_mutex_unlock(&p->mu);
   }
   fn(ctx, 0, p->nth);
+  t_job = outer;
   // spin, then yield: a worker may have been descheduled on a busy machine
   for (int spins = 0; atomic_load_explicit(&p->n_done, memory_order_acquire) < p->nth - 1; spins++) {
     if (spins < 4096)

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
-#include "quant/quant.h"
+#include "quant/quant_types.h"
 
 enum { WBUF_BYTES = 8 << 20 };
 

@@ -511,6 +511,7 @@ mole_status model_load(const char *path, const mole_model_params *p, const model
   m->n_threads = p->n_threads;
   m->offload = p->offload;
   if ((st = mole_pool_init(p->n_threads, &m->pool))) goto fail;
+  if ((st = ops_mm_reserve(m))) goto fail;
   if (m->hp.n_expert > 0 && (st = open_experts(m))) goto fail;
   if (!p->use_mmap && (st = model_image_build(m))) goto fail;
   *out = m;

@@ -64,26 +64,6 @@ void ops_swiglu_ref(float *y, const float *g, const float *u, int64_t n) {
   for (int64_t i = nb; i < n; i++) y[i] = (g[i] / (1.0f + expf(-g[i]))) * u[i];
 }
 
-static _Atomic int g_ops_simd = -1;  // set by the first caller (pool workers race to it with the same value)
-
-// AVX-512 F/DQ on x86-64; NEON on ARM64 where the quant kernels run it (v8.2)
-bool ops_have_simd(void) {
-#if defined(__aarch64__)
-  if (g_ops_simd < 0) g_ops_simd = quant_cpu_isa() >= QUANT_ISA_NEON;
-#else
-  if (g_ops_simd < 0) g_ops_simd = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-#endif
-  return g_ops_simd;
-}
-
-void ops_swiglu(float *y, const float *g, const float *u, int64_t n) {
-  if (ops_have_simd()) {
-    ops_swiglu_simd(y, g, u, n);
-    return;
-  }
-  ops_swiglu_ref(y, g, u, n);  // the same bits, without SIMD
-}
-
 void ops_axpy_ref(float *restrict o, const float *restrict v, float w, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     const float p = w * v[i];
@@ -95,20 +75,31 @@ void ops_pv_ref(float *restrict o, const float *restrict p, const float *restric
   for (int64_t i = 0; i < n; i++) ops_axpy_ref(o, V + i * d, p[i], d);
 }
 
+// ---- the kernels of each ISA level ------------------------------------------------
+
+static const ops_kernels k_ref = {ops_swiglu_ref, ops_axpy_ref, ops_pv_ref};
+#if defined(__aarch64__)
+static const ops_kernels k_neon = {ops_swiglu_neon, ops_axpy_neon, ops_pv_neon};
+static const ops_kernels *const k_levels[] = {[QUANT_ISA_SCALAR] = &k_ref, [QUANT_ISA_NEON] = &k_neon};
+#else
+static const ops_kernels k_avx512 = {ops_swiglu_avx512, ops_axpy_avx512, ops_pv_avx512};
+static const ops_kernels *const k_levels[] = {
+    [QUANT_ISA_SCALAR] = &k_ref, [QUANT_ISA_AVX2] = &k_ref, [QUANT_ISA_AVX512] = &k_avx512};
+#endif
+_Static_assert(sizeof k_levels / sizeof k_levels[0] == QUANT_ISA_TOP + 1, "a table per level");
+
+const ops_kernels *ops_kernels_at(int level) {
+  return level >= 0 && level <= QUANT_ISA_TOP ? k_levels[level] : NULL;
+}
+
+void ops_swiglu(float *y, const float *g, const float *u, int64_t n) { k_levels[quant_level()]->swiglu(y, g, u, n); }
+
 void ops_pv(float *restrict o, const float *restrict p, const float *restrict V, int64_t n, int64_t d) {
-  if (ops_have_simd()) {
-    ops_pv_simd(o, p, V, n, d);
-    return;
-  }
-  ops_pv_ref(o, p, V, n, d);
+  k_levels[quant_level()]->pv(o, p, V, n, d);
 }
 
 void ops_axpy(float *restrict o, const float *restrict v, float w, int64_t n) {
-  if (ops_have_simd()) {
-    ops_axpy_simd(o, v, w, n);
-    return;
-  }
-  ops_axpy_ref(o, v, w, n);
+  k_levels[quant_level()]->axpy(o, v, w, n);
 }
 
 float ops_hsum16(const float *a) {
@@ -174,6 +165,15 @@ void ops_mm_run(mole_pool *pool, const ops_mm *tasks, int64_t n_tasks) {
     atomic_init(&job.next, 0);
     mole_pool_run(pool, mm_worker, &job);
   }
+}
+
+mole_status ops_mm_reserve(mole_model *m) {
+  int64_t max_k = 0;
+  for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
+    const gguf_tensor *t = gguf_tensor_at(m->gguf, i);
+    if (t->n_dims >= 2) max_k = MOLE_MAX(max_k, t->ne[0]);
+  }
+  return mole_pool_reserve(m->pool, quant_scratch_bytes(max_k));
 }
 
 typedef struct {

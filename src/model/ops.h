@@ -31,17 +31,16 @@ float ops_expf_poly_ref(float x);
 void ops_swiglu_neon(float *y, const float *g, const float *u, int64_t n);
 void ops_axpy_neon(float *restrict o, const float *restrict v, float w, int64_t n);
 void ops_pv_neon(float *restrict o, const float *restrict p, const float *restrict V, int64_t n, int64_t d);
-// This architecture's SIMD twins, and whether the CPU runs them
-#if defined(__aarch64__)
-#define ops_swiglu_simd ops_swiglu_neon
-#define ops_axpy_simd ops_axpy_neon
-#define ops_pv_simd ops_pv_neon
-#else
-#define ops_swiglu_simd ops_swiglu_avx512
-#define ops_axpy_simd ops_axpy_avx512
-#define ops_pv_simd ops_pv_avx512
-#endif
-bool ops_have_simd(void);
+// The element-wise kernels of one ISA level: ops_swiglu, ops_axpy and ops_pv
+// run those of src/quant's level in use (quant_level: CPUID, MOLE_ISA,
+// quant_force_isa), the AVX-512 or NEON twins at those levels, the
+// references below them (AVX2 has no twins of its own).
+typedef struct ops_kernels {
+  void (*swiglu)(float *y, const float *g, const float *u, int64_t n);
+  void (*axpy)(float *restrict o, const float *restrict v, float w, int64_t n);
+  void (*pv)(float *restrict o, const float *restrict p, const float *restrict V, int64_t n, int64_t d);
+} ops_kernels;
+const ops_kernels *ops_kernels_at(int level);  // NULL past QUANT_ISA_TOP
 // The k largest of p[0..n) in descending order (ties: the lower index):
 // their indices into sel[k] and values into w[k]. k is small (selection).
 void ops_topk(const float *p, int64_t n, int64_t k, int32_t *sel, float *w);
@@ -70,6 +69,10 @@ typedef struct ops_mm {
 // Runs all matmuls in one fork/join: every thread takes its slice of the
 // rows of every task.
 void ops_mm_run(mole_pool *pool, const ops_mm *tasks, int64_t n_tasks);
+// Reserves the kernel scratch (quant_scratch_bytes) of every thread of
+// m->pool for the longest row of m's matrices: at load, so that a failure is
+// an error there and the matmuls never allocate.
+mole_status ops_mm_reserve(mole_model *m);
 
 // Converts n rows of k floats (stride ldx) to type vt rows at out (stride
 // ostride bytes); threaded when large.

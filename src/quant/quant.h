@@ -1,36 +1,12 @@
-// quant: tensor types. One traits table indexed by type id (the GGUF/ggml
-// ids), a scalar reference table (`_ref` kernels) and the active table whose
-// entries are the best SIMD kernels for this CPU (chosen once from CPUID).
+// quant: tensor types and their kernels. Each ISA level has one kernel
+// table, a row per type id (quant_table.h); the level is chosen once at
+// start-up from CPUID / HWCAP (MOLE_ISA may pick a lower one), and the
+// element-wise ops of src/model follow the same level (quant_level).
 #ifndef MOLE_QUANT_H
 #define MOLE_QUANT_H
 
 #include "base/base.h"
-
-typedef enum {
-  QT_F32 = 0,
-  QT_F16 = 1,
-  QT_Q4_0 = 2,
-  QT_Q4_1 = 3,
-  QT_Q5_0 = 6,
-  QT_Q5_1 = 7,
-  QT_Q8_0 = 8,
-  QT_Q8_1 = 9,
-  QT_Q2_K = 10,
-  QT_Q3_K = 11,
-  QT_Q4_K = 12,
-  QT_Q5_K = 13,
-  QT_Q6_K = 14,
-  QT_Q8_K = 15,
-  QT_BF16 = 30,
-  // mole's compressed expert matrices (quant_tq.h): one blob per matrix, not
-  // blocks; never a GGUF tensor's type (files store them as I8 bytes)
-  QT_TQ1 = 40,  // ternary, dictionary-coded
-  QT_TQ2 = 41,  // 2-bit, per-row grid
-  QT_COUNT = 42,  // ids below this may be known to the table
-} quant_type;
-
-// Compressed expert matrices (quant_tq.h): blobs, not rows of blocks.
-static inline bool quant_is_blob(int t) { return t == QT_TQ1 || t == QT_TQ2; }
+#include "quant/quant_types.h"
 
 // x: one row of this type; y: one row of `vec_dot_type`; n: elements.
 typedef void (*quant_to_float_fn)(const void *restrict x, float *restrict y, int64_t n);
@@ -45,41 +21,35 @@ typedef struct quant_traits {
   quant_type vec_dot_type;   // what activations are converted to for vec_dot
   quant_to_float_fn to_float;      // dequantize n elements (n % blck_size == 0)
   quant_from_float_fn from_float;  // quantize n elements (as llama.cpp does)
-  quant_vec_dot_fn vec_dot;        // s = dot(x, y); NULL when not a weight type
+  quant_vec_dot_fn vec_dot;        // s = dot(x, y), in llama.cpp's one-token order where the type has
+                                   // orders (quant_exact.h); NULL when not a weight type
 } quant_traits;
 
-// ISA levels, each with the kernels of the ones below it, per architecture.
-// QUANT_ISA_EXACT_SIMD: the level whose SIMD kernels follow llama.cpp's
-// summation orders (quant_exact.h).
+// ISA levels per architecture, each with a complete kernel table
+// (quant_table.h) and every one giving the scalar reference's bits where the
+// type follows llama.cpp's summation orders (quant_exact.h).
 #if defined(__aarch64__)
-enum { QUANT_ISA_SCALAR = 0, QUANT_ISA_NEON = 1, QUANT_ISA_TOP = 1, QUANT_ISA_EXACT_SIMD = QUANT_ISA_NEON };
+enum { QUANT_ISA_SCALAR = 0, QUANT_ISA_NEON = 1, QUANT_ISA_TOP = 1 };
 #define QUANT_ISA_NAMES "neon, scalar"
 #else
-enum { QUANT_ISA_SCALAR = 0, QUANT_ISA_AVX2 = 1, QUANT_ISA_AVX512 = 2, QUANT_ISA_TOP = 2,
-       QUANT_ISA_EXACT_SIMD = QUANT_ISA_AVX512 };
+enum { QUANT_ISA_SCALAR = 0, QUANT_ISA_AVX2 = 1, QUANT_ISA_AVX512 = 2, QUANT_ISA_TOP = 2 };
 #define QUANT_ISA_NAMES "avx512, avx2, scalar"
 #endif
 
-void quant_init(void);                      // idempotent; picks kernels from CPUID / HWCAP
+void quant_init(void);                      // idempotent; picks the level from CPUID / HWCAP and MOLE_ISA
 const char *quant_isa_name(void);           // "avx512vnni", "avx2", "neon-dotprod", "scalar"
+int quant_level(void);                      // the ISA level in use (QUANT_ISA_*)
 // The level of a name MOLE_ISA takes (QUANT_ISA_NAMES); -1 otherwise.
 // quant_init honours MOLE_ISA (lower levels only).
 int quant_isa_from_name(const char *name);
 const char *quant_isa_level_name(int level);  // the MOLE_ISA name of a level
 int quant_cpu_isa(void);  // the best level this CPU has
-// Force the ISA level (tests). Returns the level set (clamped to what the CPU has).
+// Force the ISA level (tests): the kernels of src/quant and src/model's ops
+// both. Returns the level set (clamped to what the CPU has).
 int quant_force_isa(int level);
-const quant_traits *quant_traits_of(quant_type t);   // NULL when unknown
-const quant_traits *quant_traits_ref(quant_type t);  // scalar reference twins
+const quant_traits *quant_traits_of(quant_type t);   // the level in use; NULL when unknown
+const quant_traits *quant_traits_ref(quant_type t);  // the scalar reference level's
 bool quant_type_supported(uint32_t t);               // has to_float (and vec_dot)
-// Geometry of any known type id (quant_types.c), computable or not.
-bool quant_type_known(uint32_t t);
-int64_t quant_blck_size(uint32_t t);                 // 0 when unknown
-size_t quant_type_size(uint32_t t);                  // bytes per block, 0 when unknown
-const char *quant_type_name(uint32_t t);             // "q4_0" or "type#N"
-int quant_type_from_name(const char *name);          // -1 when unknown
-// Bytes of a row of n elements; 0 if n is not a multiple of the block size.
-size_t quant_row_size(quant_type t, int64_t n);
 
 // Weight layouts. QL_ROWS: the GGUF's rows one after another. QL_R16: rows
 // in groups of 16, interleaved block by block so that decode kernels stream
@@ -89,11 +59,11 @@ size_t quant_row_size(quant_type t, int64_t n);
 // its size and every row range starting on a group keeps its offset.
 typedef enum { QL_ROWS = 0, QL_R16 = 1 } quant_layout;
 
-// Whether a matrix of n_rows rows of type t can be stored as QL_R16 (the
-// types with exact lane-per-row kernels: q4_0 and q4_K when n_rows % 8 == 0
-// as in llama.cpp's repack, q8_0).
+// Whether a matrix of n_rows rows of type t can be stored as QL_R16 (its
+// table row's r16: q8_0, q5_K, q6_K; q4_0 and q4_K when n_rows % 8 == 0 as
+// in llama.cpp's repack).
 bool quant_r16_supported(quant_type t, int64_t n_rows);
-// quant_r16_supported and the kernels in use have R16 kernels for it (other
+// quant_r16_supported and the level in use has group kernels for it (other
 // levels convert rows back on every call: correct, slow).
 bool quant_r16_preferred(quant_type t, int64_t n_rows);
 // Writes groups [g0, g1) of a QL_ROWS matrix src (n_rows rows of k elements)
@@ -122,15 +92,21 @@ typedef struct quant_op {
 // vec_dot_type of wt, stride xstride bytes; Y: float rows of stride ldy floats.
 void quant_gemm(quant_type wt, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
                 int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k);
-// quant_gemm as one op of llama.cpp's CPU backend, bit for bit where the CPU
-// has AVX-512 and the type an exact kernel (quant_exact.h): n_tok is all the
+// quant_gemm as one op of llama.cpp's CPU backend, bit for bit at every level
+// where the type has its orders (quant_exact.h): n_tok is all the
 // tokens of a dense mul_mat (expert false) or the tokens routed to one expert
 // of a mul_mat_id (expert true); n_rows is the weight's full row count (ne1).
 // quant_gemm(...) is quant_gemm_op on QL_ROWS with op {0}: dense, rows % 8 == 0.
 // With QL_R16, op->n_rows is the matrix's row count and i0 starts a group
 // unless it lies in the tail (threads split such matrices on multiples of 16).
+// The kernels use this thread's scratch (quant_scratch_bytes).
 void quant_gemm_op(quant_type wt, quant_layout lay, const void *W, size_t wstride, const void *X, size_t xstride,
                    float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k, const quant_op *op);
+
+// Scratch the kernels of one thread need for any matmul of rows up to max_k
+// elements, whatever the type, layout, level and token count: what
+// mole_pool_reserve (base/pool.h) must give every thread that runs them.
+size_t quant_scratch_bytes(int64_t max_k);
 
 // scalar conversions
 float quant_f16_to_f32(uint16_t h);

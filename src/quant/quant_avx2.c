@@ -1,14 +1,12 @@
 // quant_avx2: AVX2 + FMA + F16C kernels (for CPUs without AVX-512 VNNI):
-// vec_dot of every weight type, the activation quantizers and f16/bf16 row
-// conversions. Twins of the `_ref` kernels in quant_ref.c.
+// vec_dot of the weight types without llama.cpp orders (quant_exact_avx2.c
+// has the others), the activation quantizers and f16/bf16 row conversions.
+// Twins of the `_ref` kernels in quant_ref.c.
 //
 // Integer dots use maddubs (unsigned x signed bytes -> int16 pairs) and madd
 // (int16 pairs -> int32); signed codes go through the sign trick
 // (|x| * sign(y, x)). One block (32 elements) per 256-bit register.
-#include <immintrin.h>
-
 #include "quant/quant_avx2.h"
-#include "quant/quant_internal.h"
 
 // bit j of qh (32 bits) as 0x10 in byte j
 static inline __m256i q5_high(const uint8_t *qh) {
@@ -20,78 +18,21 @@ static inline __m256i q5_high(const uint8_t *qh) {
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit), _mm256_set1_epi8(16));
 }
 
-// Software prefetch of weight rows streamed from DRAM (see quant_avx512.h).
-static inline __attribute__((always_inline)) void prefetch(const void *p, size_t bytes) {
-  const char *c = (const char *)p + 4096;
-  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(c + o, _MM_HINT_T0);
-}
-
 // ---- float types -------------------------------------------------------------------
-
-static void vec_dot_f32(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-  const float *x = vx, *y = vy;
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    prefetch(x + i, 128);
-    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
-    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), a1);
-    a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), a2);
-    a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), a3);
-  }
-  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
-  float sum = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  for (; i < n; i++) sum += x[i] * y[i];
-  *s = sum;
-}
 
 static inline __m256 ld_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 static inline __m256 ld_bf16(const uint16_t *p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
 
-static void vec_dot_f16(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-  const uint16_t *x = vx, *y = vy;
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    prefetch(x + i, 64);
-    a0 = _mm256_fmadd_ps(ld_f16(x + i), ld_f16(y + i), a0);
-    a1 = _mm256_fmadd_ps(ld_f16(x + i + 8), ld_f16(y + i + 8), a1);
-    a2 = _mm256_fmadd_ps(ld_f16(x + i + 16), ld_f16(y + i + 16), a2);
-    a3 = _mm256_fmadd_ps(ld_f16(x + i + 24), ld_f16(y + i + 24), a3);
-  }
-  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(ld_f16(x + i), ld_f16(y + i), a0);
-  float sum = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  for (; i < n; i++) sum += f16(x[i]) * f16(y[i]);
-  *s = sum;
-}
-
-static void vec_dot_bf16(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-  const uint16_t *x = vx, *y = vy;
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    prefetch(x + i, 64);
-    a0 = _mm256_fmadd_ps(ld_bf16(x + i), ld_bf16(y + i), a0);
-    a1 = _mm256_fmadd_ps(ld_bf16(x + i + 8), ld_bf16(y + i + 8), a1);
-    a2 = _mm256_fmadd_ps(ld_bf16(x + i + 16), ld_bf16(y + i + 16), a2);
-    a3 = _mm256_fmadd_ps(ld_bf16(x + i + 24), ld_bf16(y + i + 24), a3);
-  }
-  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(ld_bf16(x + i), ld_bf16(y + i), a0);
-  float sum = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  for (; i < n; i++) sum += quant_bf16_to_f32(x[i]) * quant_bf16_to_f32(y[i]);
-  *s = sum;
-}
-
-static void to_float_f16(const void *restrict vx, float *restrict y, int64_t n) {
+void quant_to_float_f16_avx2(const void *restrict vx, float *restrict y, int64_t n) {
   const uint16_t *x = vx;
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, ld_f16(x + i));
   for (; i < n; i++) y[i] = f16(x[i]);
 }
 
-static void from_float_f16(const float *restrict x, void *restrict vy, int64_t n) {
+void quant_from_float_f16_avx2(const float *restrict x, void *restrict vy, int64_t n) {
   uint16_t *y = vy;
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -99,14 +40,14 @@ static void from_float_f16(const float *restrict x, void *restrict vy, int64_t n
   for (; i < n; i++) y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
-static void to_float_bf16(const void *restrict vx, float *restrict y, int64_t n) {
+void quant_to_float_bf16_avx2(const void *restrict vx, float *restrict y, int64_t n) {
   const uint16_t *x = vx;
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, ld_bf16(x + i));
   for (; i < n; i++) y[i] = quant_bf16_to_f32(x[i]);
 }
 
-static void from_float_bf16(const float *restrict x, void *restrict vy, int64_t n) {
+void quant_from_float_bf16_avx2(const float *restrict x, void *restrict vy, int64_t n) {
   uint16_t *y = vy;
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -157,23 +98,23 @@ static inline int quant32(const float *x, int8_t *qs, uint16_t *d16, float *df) 
   return hsum8i(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
 }
 
-static void from_float_q8_0(const float *restrict x, void *restrict vy, int64_t n) {
+void quant_from_float_q8_0_avx2(const float *restrict x, void *restrict vy, int64_t n) {
   blk_q8_0 *y = vy;
   float d;
   for (int64_t b = 0; b < n / 32; b++) quant32(x + 32 * b, y[b].qs, &y[b].d, &d);
 }
 
-static void from_float_q8_1(const float *restrict x, void *restrict vy, int64_t n) {
+void quant_from_float_q8_1_avx2(const float *restrict x, void *restrict vy, int64_t n) {
   blk_q8_1 *y = vy;
   for (int64_t b = 0; b < n / 32; b++) {
-    prefetch(&x[b], sizeof *x);
+    qi_prefetch(&x[b], sizeof *x);
     float d;
     int sum = quant32(x + 32 * b, y[b].qs, &y[b].d, &d);
     y[b].s = _cvtss_sh(d * (float)sum, _MM_FROUND_TO_NEAREST_INT);
   }
 }
 
-static void from_float_q8_K(const float *restrict x, void *restrict vy, int64_t n) {
+void quant_from_float_q8_K_avx2(const float *restrict x, void *restrict vy, int64_t n) {
   blk_q8_K *y = vy;
   for (int64_t b = 0; b < n / QK_K; b++, x += QK_K) {
     __m256 m = _mm256_setzero_ps();
@@ -208,26 +149,13 @@ static void from_float_q8_K(const float *restrict x, void *restrict vy, int64_t 
 
 // ---- 32-element block types ----------------------------------------------------------------
 
-static void vec_dot_q4_0(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-  const blk_q4_0 *x = vx;
-  const blk_q8_0 *y = vy;
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / 32; b++) {
-    prefetch(&x[b], sizeof *x);
-    __m256i q = _mm256_sub_epi8(nibbles(x[b].qs), _mm256_set1_epi8(8));
-    __m256i si = dot_ss(q, _mm256_loadu_si256((const __m256i *)y[b].qs));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(f16(x[b].d) * f16(y[b].d)), acc);
-  }
-  *s = hsum8(acc);
-}
-
-static void vec_dot_q4_1(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+void quant_vec_dot_q4_1_avx2(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
   const blk_q4_1 *x = vx;
   const blk_q8_1 *y = vy;
   __m256 acc = _mm256_setzero_ps();
   float sm = 0;
   for (int64_t b = 0; b < n / 32; b++) {
-    prefetch(&x[b], sizeof *x);
+    qi_prefetch(&x[b], sizeof *x);
     __m256i si = dot_us(nibbles(x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(f16(x[b].d) * f16(y[b].d)), acc);
     sm += f16(x[b].m) * f16(y[b].s);
@@ -235,12 +163,12 @@ static void vec_dot_q4_1(int64_t n, float *restrict s, const void *restrict vx, 
   *s = hsum8(acc) + sm;
 }
 
-static void vec_dot_q5_0(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+void quant_vec_dot_q5_0_avx2(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
   const blk_q5_0 *x = vx;
   const blk_q8_0 *y = vy;
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / 32; b++) {
-    prefetch(&x[b], sizeof *x);
+    qi_prefetch(&x[b], sizeof *x);
     __m256i q = _mm256_sub_epi8(_mm256_or_si256(nibbles(x[b].qs), q5_high(x[b].qh)), _mm256_set1_epi8(16));
     __m256i si = dot_ss(q, _mm256_loadu_si256((const __m256i *)y[b].qs));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(f16(x[b].d) * f16(y[b].d)), acc);
@@ -248,31 +176,19 @@ static void vec_dot_q5_0(int64_t n, float *restrict s, const void *restrict vx, 
   *s = hsum8(acc);
 }
 
-static void vec_dot_q5_1(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+void quant_vec_dot_q5_1_avx2(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
   const blk_q5_1 *x = vx;
   const blk_q8_1 *y = vy;
   __m256 acc = _mm256_setzero_ps();
   float sm = 0;
   for (int64_t b = 0; b < n / 32; b++) {
-    prefetch(&x[b], sizeof *x);
+    qi_prefetch(&x[b], sizeof *x);
     __m256i q = _mm256_or_si256(nibbles(x[b].qs), q5_high(x[b].qh));
     __m256i si = dot_us(q, _mm256_loadu_si256((const __m256i *)y[b].qs));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(f16(x[b].d) * f16(y[b].d)), acc);
     sm += f16(x[b].m) * f16(y[b].s);
   }
   *s = hsum8(acc) + sm;
-}
-
-static void vec_dot_q8_0(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-  const blk_q8_0 *x = vx;
-  const blk_q8_0 *y = vy;
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / 32; b++) {
-    prefetch(&x[b], sizeof *x);
-    __m256i si = dot_ss(_mm256_loadu_si256((const __m256i *)x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(f16(x[b].d) * f16(y[b].d)), acc);
-  }
-  *s = hsum8(acc);
 }
 
 // ---- K-quants ---------------------------------------------------------------------------------
@@ -286,121 +202,18 @@ static inline __m256i dot_sc(__m256i q, const int8_t *y, int s_lo, int s_hi) {
 
 static inline float finish_k(__m256 acc, __m256 accm) { return hsum8(acc) - hsum8(accm); }
 
-static void vec_dot_q4_K(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-  const blk_q4_K *x = vx;
-  const blk_q8_K *y = vy;
-  const __m256i m4 = _mm256_set1_epi8(15);
-  __m256 acc = _mm256_setzero_ps(), accm = acc;
-  for (int64_t b = 0; b < n / QK_K; b++) {
-    prefetch(&x[b], sizeof *x);
-    uint64_t sc8, mn8;
-    qi_k4_scales(x[b].scales, &sc8, &mn8);
-    int sc[8];
-    for (int g = 0; g < 8; g++) sc[g] = (int)((sc8 >> (8 * g)) & 0xff);
-    __m256i si = _mm256_setzero_si256();
-    for (int c = 0; c < 4; c++) {
-      __m256i q = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * c));
-      const int8_t *q8 = y[b].qs + 64 * c;
-      si = _mm256_add_epi32(si, dot_sc(_mm256_and_si256(q, m4), q8, sc[2 * c], sc[2 * c]));
-      si = _mm256_add_epi32(si, dot_sc(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), q8 + 32, sc[2 * c + 1],
-                                       sc[2 * c + 1]));
-    }
-    __m128i m8 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn8));
-    __m256i m16 = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
-    __m256i mins = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)y[b].bsums));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(y[b].d * f16(x[b].d)), acc);
-    accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_set1_ps(y[b].d * f16(x[b].dmin)), accm);
-  }
-  *s = finish_k(acc, accm);
-}
-
-static void vec_dot_q5_K(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-  const blk_q5_K *x = vx;
-  const blk_q8_K *y = vy;
-  const __m256i m4 = _mm256_set1_epi8(15), k16 = _mm256_set1_epi8(16);
-  __m256 acc = _mm256_setzero_ps(), accm = acc;
-  for (int64_t b = 0; b < n / QK_K; b++) {
-    prefetch(&x[b], sizeof *x);
-    uint64_t sc8, mn8;
-    qi_k4_scales(x[b].scales, &sc8, &mn8);
-    int sc[8];
-    for (int g = 0; g < 8; g++) sc[g] = (int)((sc8 >> (8 * g)) & 0xff);
-    __m256i qh = _mm256_loadu_si256((const __m256i *)x[b].qh), si = _mm256_setzero_si256();
-    for (int c = 0; c < 4; c++) {
-      __m256i q = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * c));
-      __m256i b0 = _mm256_set1_epi8((char)(1 << (2 * c))), b1 = _mm256_set1_epi8((char)(2 << (2 * c)));
-      __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4),
-                                   _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b0), b0), k16));
-      __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
-                                   _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), k16));
-      const int8_t *q8 = y[b].qs + 64 * c;
-      si = _mm256_add_epi32(si, dot_sc(lo, q8, sc[2 * c], sc[2 * c]));
-      si = _mm256_add_epi32(si, dot_sc(hi, q8 + 32, sc[2 * c + 1], sc[2 * c + 1]));
-    }
-    __m128i m8 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn8));
-    __m256i m16 = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
-    __m256i mins = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)y[b].bsums));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(y[b].d * f16(x[b].d)), acc);
-    accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_set1_ps(y[b].d * f16(x[b].dmin)), accm);
-  }
-  *s = finish_k(acc, accm);
-}
-
 // sum over groups of scale * bsum (16 groups, int16 scales)
 static inline __m256i scale_bsums(__m256i sc16, const blk_q8_K *y) {
   return _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y->bsums));
 }
 
-// The 16 scales + 32 (0..63) of a q3_K block as bytes.
-static inline __m128i q3k_scales(const uint8_t *s12) {
-  uint32_t a[3];
-  memcpy(a, s12, 12);
-  const __m128i av = _mm_setr_epi32((int)a[0], (int)a[1], (int)a[0], (int)a[1]);
-  const __m128i tv = _mm_set1_epi32((int)a[2]);
-  __m128i lo = _mm_and_si128(_mm_srlv_epi32(av, _mm_setr_epi32(0, 0, 4, 4)), _mm_set1_epi8(15));
-  __m128i hi = _mm_and_si128(_mm_srlv_epi32(tv, _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
-  return _mm_or_si128(lo, _mm_slli_epi32(hi, 4));
-}
-
-static void vec_dot_q6_K(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-  const blk_q6_K *x = vx;
-  const blk_q8_K *y = vy;
-  const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / QK_K; b++) {
-    prefetch(&x[b], sizeof *x);
-    const int8_t *sc = x[b].scales;
-    __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
-    __m256i si = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(scale_bsums(sc16, &y[b]), 5));
-    for (int h = 0; h < 2; h++) {
-      __m256i l0 = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * h));
-      __m256i l1 = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * h + 32));
-      __m256i qh = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * h));
-      __m256i q[4];
-      q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
-      q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
-      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
-      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
-      for (int j = 0; j < 4; j++) {
-        int g = 8 * h + 2 * j;
-        si = _mm256_add_epi32(si, dot_sc(q[j], y[b].qs + 128 * h + 32 * j, sc[g], sc[g + 1]));
-      }
-    }
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(y[b].d * f16(x[b].d)), acc);
-  }
-  *s = hsum8(acc);
-}
-
-static void vec_dot_q2_K(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+void quant_vec_dot_q2_K_avx2(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
   const blk_q2_K *x = vx;
   const blk_q8_K *y = vy;
   const __m256i m3 = _mm256_set1_epi8(3);
   __m256 acc = _mm256_setzero_ps(), accm = acc;
   for (int64_t b = 0; b < n / QK_K; b++) {
-    prefetch(&x[b], sizeof *x);
+    qi_prefetch(&x[b], sizeof *x);
     __m128i s8 = _mm_loadu_si128((const __m128i *)x[b].scales);
     __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), _mm_set1_epi8(15)));
     __m256i si = _mm256_setzero_si256();
@@ -418,13 +231,13 @@ static void vec_dot_q2_K(int64_t n, float *restrict s, const void *restrict vx, 
   *s = finish_k(acc, accm);
 }
 
-static void vec_dot_q3_K(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+void quant_vec_dot_q3_K_avx2(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
   const blk_q3_K *x = vx;
   const blk_q8_K *y = vy;
   const __m256i m3 = _mm256_set1_epi8(3), k4 = _mm256_set1_epi8(4);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / QK_K; b++) {
-    prefetch(&x[b], sizeof *x);
+    qi_prefetch(&x[b], sizeof *x);
     __m128i sv = q3k_scales(x[b].scales);
     uint8_t s8[16];
     _mm_storeu_si128((__m128i *)s8, sv);
@@ -444,27 +257,4 @@ static void vec_dot_q3_K(int64_t n, float *restrict s, const void *restrict vx, 
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(y[b].d * f16(x[b].d)), acc);
   }
   *s = hsum8(acc);
-}
-
-void quant_kernels_avx2(quant_kernels *ks) {
-  ks->vec_dot[QT_F32] = vec_dot_f32;
-  ks->vec_dot[QT_F16] = vec_dot_f16;
-  ks->vec_dot[QT_BF16] = vec_dot_bf16;
-  ks->vec_dot[QT_Q4_0] = vec_dot_q4_0;
-  ks->vec_dot[QT_Q4_1] = vec_dot_q4_1;
-  ks->vec_dot[QT_Q5_0] = vec_dot_q5_0;
-  ks->vec_dot[QT_Q5_1] = vec_dot_q5_1;
-  ks->vec_dot[QT_Q8_0] = vec_dot_q8_0;
-  ks->vec_dot[QT_Q2_K] = vec_dot_q2_K;
-  ks->vec_dot[QT_Q3_K] = vec_dot_q3_K;
-  ks->vec_dot[QT_Q4_K] = vec_dot_q4_K;
-  ks->vec_dot[QT_Q5_K] = vec_dot_q5_K;
-  ks->vec_dot[QT_Q6_K] = vec_dot_q6_K;
-  ks->to_float[QT_F16] = to_float_f16;
-  ks->from_float[QT_F16] = from_float_f16;
-  ks->to_float[QT_BF16] = to_float_bf16;
-  ks->from_float[QT_BF16] = from_float_bf16;
-  ks->from_float[QT_Q8_0] = from_float_q8_0;
-  ks->from_float[QT_Q8_1] = from_float_q8_1;
-  ks->from_float[QT_Q8_K] = from_float_q8_K;
 }

@@ -1,81 +1,21 @@
-// quant_avx512: AVX-512 F/BW/VL/DQ + VNNI + BF16 kernels: vec_dot of every
-// weight type, the activation quantizers (q8_0, q8_1, q8_K) and f16/bf16 row
+// quant_avx512: AVX-512 F/BW/VL/DQ + VNNI + BF16 kernels: vec_dot of the
+// weight types without llama.cpp orders (quant_exact_avx512.c has the
+// others), the activation quantizers (q8_0, q8_1, q8_K) and f16/bf16 row
 // conversions. Twins of the `_ref` kernels in quant_ref.c.
 //
 // 32-element block types run four blocks per step in "lane layout": 128-bit
 // lane i of a register holds 16 bytes of block i, so one VNNI dpbusd of the
 // low nibbles against the activations' first halves and one of the high
 // nibbles against the second halves leaves block i's dot in lane i.
-// Unsigned codes (0..15, 0..31, or x^0x80 for q8_0) go in dpbusd's unsigned
-// operand; the offset (8, 16, 128) comes back as offset * sum(y).
-#include <immintrin.h>
-
+// Unsigned codes (0..15, 0..31) go in dpbusd's unsigned operand; the offset
+// (q5_0: 16) comes back as offset * sum(y).
 #include "quant/quant_avx512.h"
 
 // ---- float types ------------------------------------------------------------------
 
-static inline __mmask16 tail16(int64_t r) { return _cvtu32_mask16((1u << r) - 1); }
-
-static void vec_dot_f32(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-  const float *x = vx, *y = vy;
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  int64_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    qi_prefetch(x + i, 256);
-    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), a0);
-    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(y + i + 16), a1);
-    a2 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 32), _mm512_loadu_ps(y + i + 32), a2);
-    a3 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 48), _mm512_loadu_ps(y + i + 48), a3);
-  }
-  for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), a0);
-  if (i < n) {
-    __mmask16 m = tail16(n - i);
-    a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i), a1);
-  }
-  *s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-}
-
 static inline __m512 ld_f16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 
-static void vec_dot_f16(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-  const uint16_t *x = vx, *y = vy;
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  int64_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    qi_prefetch(x + i, 128);
-    a0 = _mm512_fmadd_ps(ld_f16(x + i), ld_f16(y + i), a0);
-    a1 = _mm512_fmadd_ps(ld_f16(x + i + 16), ld_f16(y + i + 16), a1);
-    a2 = _mm512_fmadd_ps(ld_f16(x + i + 32), ld_f16(y + i + 32), a2);
-    a3 = _mm512_fmadd_ps(ld_f16(x + i + 48), ld_f16(y + i + 48), a3);
-  }
-  for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(ld_f16(x + i), ld_f16(y + i), a0);
-  if (i < n) {
-    __mmask16 m = tail16(n - i);
-    a1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + i)),
-                         _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, y + i)), a1);
-  }
-  *s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-}
-
-static void vec_dot_bf16(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-  const uint16_t *x = vx, *y = vy;
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0;
-  int64_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    qi_prefetch(x + i, 128);
-    a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(x + i), (__m512bh)_mm512_loadu_si512(y + i));
-    a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(x + i + 32), (__m512bh)_mm512_loadu_si512(y + i + 32));
-  }
-  for (; i < n; i += 32) {
-    int64_t r = MOLE_MIN(n - i, 32);
-    __mmask32 m = _cvtu32_mask32((uint32_t)((1ull << r) - 1));
-    a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_maskz_loadu_epi16(m, x + i),
-                          (__m512bh)_mm512_maskz_loadu_epi16(m, y + i));
-  }
-  *s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-}
-
-static void to_float_f16(const void *restrict vx, float *restrict y, int64_t n) {
+void quant_to_float_f16_avx512(const void *restrict vx, float *restrict y, int64_t n) {
   const uint16_t *x = vx;
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, ld_f16(x + i));
@@ -85,7 +25,7 @@ static void to_float_f16(const void *restrict vx, float *restrict y, int64_t n) 
   }
 }
 
-static void from_float_f16(const float *restrict x, void *restrict vy, int64_t n) {
+void quant_from_float_f16_avx512(const float *restrict x, void *restrict vy, int64_t n) {
   uint16_t *y = vy;
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
@@ -100,7 +40,7 @@ static inline __m512 bf16_to_ps(__m256i h) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-static void to_float_bf16(const void *restrict vx, float *restrict y, int64_t n) {
+void quant_to_float_bf16_avx512(const void *restrict vx, float *restrict y, int64_t n) {
   const uint16_t *x = vx;
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, bf16_to_ps(_mm256_loadu_si256((const __m256i *)(x + i))));
@@ -122,7 +62,7 @@ static inline __m256i ps_to_bf16(__m512 v) {
   return _mm512_cvtepi32_epi16(r);
 }
 
-static void from_float_bf16(const float *restrict x, void *restrict vy, int64_t n) {
+void quant_from_float_bf16_avx512(const float *restrict x, void *restrict vy, int64_t n) {
   uint16_t *y = vy;
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(y + i), ps_to_bf16(_mm512_loadu_ps(x + i)));
@@ -152,13 +92,13 @@ static inline int quant32(const float *x, int8_t *qs, uint16_t *d16, float *df) 
   return _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
 }
 
-static void from_float_q8_0(const float *restrict x, void *restrict vy, int64_t n) {
+void quant_from_float_q8_0_avx512(const float *restrict x, void *restrict vy, int64_t n) {
   blk_q8_0 *y = vy;
   float d;
   for (int64_t b = 0; b < n / 32; b++) quant32(x + b * 32, y[b].qs, &y[b].d, &d);
 }
 
-static void from_float_q8_1(const float *restrict x, void *restrict vy, int64_t n) {
+void quant_from_float_q8_1_avx512(const float *restrict x, void *restrict vy, int64_t n) {
   blk_q8_1 *y = vy;
   for (int64_t b = 0; b < n / 32; b++) {
     float d;
@@ -167,7 +107,7 @@ static void from_float_q8_1(const float *restrict x, void *restrict vy, int64_t 
   }
 }
 
-static void from_float_q8_K(const float *restrict x, void *restrict vy, int64_t n) {
+void quant_from_float_q8_K_avx512(const float *restrict x, void *restrict vy, int64_t n) {
   blk_q8_K *y = vy;
   for (int64_t b = 0; b < n / QK_K; b++, x += QK_K) {
     __m512 am = _mm512_setzero_ps();
@@ -198,52 +138,7 @@ static void from_float_q8_K(const float *restrict x, void *restrict vy, int64_t 
 
 // ---- 32-element block types x q8_0 / q8_1 ----------------------------------------------
 
-static void vec_dot_q4_0(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-  const blk_q4_0 *x = vx;
-  const blk_q8_0 *y = vy;
-  const int64_t nb = n / 32;
-  const __m512i m4 = _mm512_set1_epi8(15), k8 = _mm512_set1_epi8(8);
-  __m512 acc = _mm512_setzero_ps();
-  int64_t b = 0;
-  for (; b + 4 <= nb; b += 4) {
-    qi_prefetch(&x[b], 4 * sizeof *x);
-    __m512i q = load4x128(x[b].qs, sizeof(blk_q4_0)), ya, yb;
-    load4x256(y[b].qs, sizeof(blk_q8_0), &ya, &yb);
-    __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-    __m512i si = _mm512_sub_epi32(dot2(lo, ya, hi, yb), dot2(k8, ya, k8, yb));
-    __m512 d = _mm512_mul_ps(f16x4(&x[b].d, sizeof(blk_q4_0)), f16x4(&y[b].d, sizeof(blk_q8_0)));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), d, acc);
-  }
-  float sum = _mm512_reduce_add_ps(acc), t = 0;
-  if (b < nb) quant_vec_dot_q4_0_ref((nb - b) * 32, &t, x + b, y + b);
-  *s = sum + t;
-}
-
-static void vec_dot_q8_0(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-  const blk_q8_0 *x = vx;
-  const blk_q8_0 *y = vy;
-  const int64_t nb = n / 32;
-  const __m512i k80 = _mm512_set1_epi8((char)0x80);
-  __m512 acc = _mm512_setzero_ps();
-  int64_t b = 0;
-  for (; b + 4 <= nb; b += 4) {
-    qi_prefetch(&x[b], 4 * sizeof *x);
-    __m512i xa, xb, ya, yb;
-    load4x256(x[b].qs, sizeof(blk_q8_0), &xa, &xb);
-    load4x256(y[b].qs, sizeof(blk_q8_0), &ya, &yb);
-    xa = _mm512_xor_si512(xa, k80);  // x + 128 as unsigned
-    xb = _mm512_xor_si512(xb, k80);
-    __m512i si = _mm512_sub_epi32(dot2(xa, ya, xb, yb), dot2(k80, ya, k80, yb));
-    __m512 d = _mm512_mul_ps(f16x4(&x[b].d, sizeof(blk_q8_0)), f16x4(&y[b].d, sizeof(blk_q8_0)));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), d, acc);
-  }
-  float sum = _mm512_reduce_add_ps(acc), t = 0;
-  if (b < nb) quant_vec_dot_q8_0_ref((nb - b) * 32, &t, x + b, y + b);
-  *s = sum + t;
-}
-
-
-static void vec_dot_q5_0(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+void quant_vec_dot_q5_0_avx512(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
   const blk_q5_0 *x = vx;
   const blk_q8_0 *y = vy;
   const int64_t nb = n / 32;
@@ -268,7 +163,7 @@ static void vec_dot_q5_0(int64_t n, float *restrict s, const void *restrict vx, 
   *s = sum + t;
 }
 
-static void vec_dot_q4_1(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+void quant_vec_dot_q4_1_avx512(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
   const blk_q4_1 *x = vx;
   const blk_q8_1 *y = vy;
   const int64_t nb = n / 32;
@@ -290,7 +185,7 @@ static void vec_dot_q4_1(int64_t n, float *restrict s, const void *restrict vx, 
   *s = sum + t;
 }
 
-static void vec_dot_q5_1(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+void quant_vec_dot_q5_1_avx512(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
   const blk_q5_1 *x = vx;
   const blk_q8_1 *y = vy;
   const int64_t nb = n / 32;
@@ -324,7 +219,6 @@ static void vec_dot_q5_1(int64_t n, float *restrict s, const void *restrict vx, 
 // L) take word g[L] of the source.
 #define R8(x) x, x, x, x, x, x, x, x
 #define SP4(a, b, c, d) {R8(a), R8(b), R8(c), R8(d)}
-static const int16_t k_sp_k6[4][32] = {SP4(0, 1, 2, 3), SP4(4, 5, 6, 7), SP4(8, 9, 10, 11), SP4(12, 13, 14, 15)};
 static const int16_t k_sp_k2[4][32] = {SP4(0, 1, 8, 9), SP4(2, 3, 10, 11), SP4(4, 5, 12, 13), SP4(6, 7, 14, 15)};
 #undef SP4
 #undef R8
@@ -333,130 +227,19 @@ static inline __m512i spread(__m512i src, const int16_t idx[32]) {
   return _mm512_permutexvar_epi16(_mm512_loadu_si512(idx), src);
 }
 
-// s: 8 int16 in every 128-bit lane; lanes 0,1 take word a, lanes 2,3 word b
-static inline __m512i spread_k4(__m512i s, int a, int b) {
-  const __m512i ctl = _mm512_inserti64x4(_mm512_set1_epi16((short)(0x0100 * (2 * a + 1) + 2 * a)),
-                                         _mm256_set1_epi16((short)(0x0100 * (2 * b + 1) + 2 * b)), 1);
-  return _mm512_shuffle_epi8(s, ctl);
-}
-
 static inline __m512i dot_sc(__m512i acc, __m512i q, __m512i y, __m512i sc) {
   return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(q, y), sc);
 }
-
 
 static inline __m512i ld2x256(const void *a, const void *b) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
                             _mm256_loadu_si256((const __m256i *)b), 1);
 }
 
-
-// q4_K/q5_K super-block: codes of the 4 64-byte vectors in natural order
-// halves: lo0 = elements 0..31 | 64..95, hi0 = 32..63 | 96..127, lo1, hi1 the
-// same +128. Returns the int32 scaled sums; *mins gets sum(m * bsums) lanes.
-static inline __m512i k4_dot(__m512i lo0, __m512i hi0, __m512i lo1, __m512i hi1, const blk_q8_K *y, uint64_t sc,
-                             uint64_t mn, __m256i *mins) {
-  // the 8 int16 scales in every 128-bit lane; an in-lane byte shuffle spreads them
-  __m512i s = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
-  const int8_t *q8 = y->qs;
-  __m512i y0 = _mm512_loadu_si512(q8), y1 = _mm512_loadu_si512(q8 + 64);
-  __m512i y2 = _mm512_loadu_si512(q8 + 128), y3 = _mm512_loadu_si512(q8 + 192);
-  __m512i acc = dot_sc(_mm512_setzero_si512(), lo0, _mm512_shuffle_i64x2(y0, y1, 0x44), spread_k4(s, 0, 2));
-  acc = dot_sc(acc, hi0, _mm512_shuffle_i64x2(y0, y1, 0xEE), spread_k4(s, 1, 3));
-  acc = dot_sc(acc, lo1, _mm512_shuffle_i64x2(y2, y3, 0x44), spread_k4(s, 4, 6));
-  acc = dot_sc(acc, hi1, _mm512_shuffle_i64x2(y2, y3, 0xEE), spread_k4(s, 5, 7));
-  __m128i m8 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn));
-  __m256i m16 = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
-  *mins = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)y->bsums));
-  return acc;
-}
-
-static void vec_dot_q4_K(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-  const blk_q4_K *x = vx;
-  const blk_q8_K *y = vy;
-  const __m512i m4 = _mm512_set1_epi8(15);
-  __m512 acc = _mm512_setzero_ps();
-  __m256 accm = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / QK_K; b++) {
-    qi_prefetch(&x[b], sizeof *x);
-    uint64_t sc, mn;
-    qi_k4_scales(x[b].scales, &sc, &mn);
-    __m512i q0 = _mm512_loadu_si512(x[b].qs), q1 = _mm512_loadu_si512(x[b].qs + 64);
-    __m512i lo0 = _mm512_and_si512(q0, m4), hi0 = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
-    __m512i lo1 = _mm512_and_si512(q1, m4), hi1 = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
-    __m256i mins;
-    __m512i si = k4_dot(lo0, hi0, lo1, hi1, &y[b], sc, mn, &mins);
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_set1_ps(y[b].d * f16(x[b].d)), acc);
-    accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_set1_ps(y[b].d * f16(x[b].dmin)), accm);
-  }
-  __m128 m = _mm_add_ps(_mm256_castps256_ps128(accm), _mm256_extractf128_ps(accm, 1));
-  m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_add_ss(m, _mm_movehdup_ps(m));
-  *s = _mm512_reduce_add_ps(acc) - _mm_cvtss_f32(m);
-}
-
-static void vec_dot_q5_K(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-  const blk_q5_K *x = vx;
-  const blk_q8_K *y = vy;
-  const __m512i m4 = _mm512_set1_epi8(15), k16 = _mm512_set1_epi8(16);
-  const __m512i b_lo0 = bytes2(0x01, 0x04), b_hi0 = bytes2(0x02, 0x08), b_lo1 = bytes2(0x10, 0x40),
-                b_hi1 = bytes2(0x20, (uint8_t)0x80);
-  __m512 acc = _mm512_setzero_ps();
-  __m256 accm = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / QK_K; b++) {
-    qi_prefetch(&x[b], sizeof *x);
-    uint64_t sc, mn;
-    qi_k4_scales(x[b].scales, &sc, &mn);
-    __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[b].qh));
-    __m512i q0 = _mm512_loadu_si512(x[b].qs), q1 = _mm512_loadu_si512(x[b].qs + 64);
-    __m512i lo0 = _mm512_and_si512(q0, m4), hi0 = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
-    __m512i lo1 = _mm512_and_si512(q1, m4), hi1 = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
-    lo0 = _mm512_mask_add_epi8(lo0, _mm512_test_epi8_mask(qh, b_lo0), lo0, k16);
-    hi0 = _mm512_mask_add_epi8(hi0, _mm512_test_epi8_mask(qh, b_hi0), hi0, k16);
-    lo1 = _mm512_mask_add_epi8(lo1, _mm512_test_epi8_mask(qh, b_lo1), lo1, k16);
-    hi1 = _mm512_mask_add_epi8(hi1, _mm512_test_epi8_mask(qh, b_hi1), hi1, k16);
-    __m256i mins;
-    __m512i si = k4_dot(lo0, hi0, lo1, hi1, &y[b], sc, mn, &mins);
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_set1_ps(y[b].d * f16(x[b].d)), acc);
-    accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_set1_ps(y[b].d * f16(x[b].dmin)), accm);
-  }
-  __m128 m = _mm_add_ps(_mm256_castps256_ps128(accm), _mm256_extractf128_ps(accm, 1));
-  m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_add_ss(m, _mm_movehdup_ps(m));
-  *s = _mm512_reduce_add_ps(acc) - _mm_cvtss_f32(m);
-}
-
 // offset * sum over groups of scale * bsum, as int32 lanes in the low half
 static inline __m512i group_offset(__m256i sc16, const blk_q8_K *y, int shift) {
   __m256i c = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y->bsums));
   return _mm512_zextsi256_si512(_mm256_slli_epi32(c, shift));
-}
-
-static void vec_dot_q6_K(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-  const blk_q6_K *x = vx;
-  const blk_q8_K *y = vy;
-  const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);
-  const __m512i sh_a = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
-  const __m512i sh_b = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t b = 0; b < n / QK_K; b++) {
-    qi_prefetch(&x[b], sizeof *x);
-    __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
-    __m512i sc = _mm512_castsi256_si512(sc16);
-    __m512i si = _mm512_sub_epi32(_mm512_setzero_si512(), group_offset(sc16, &y[b], 5));
-    QI_UNROLL for (int h = 0; h < 2; h++) {
-      __m512i ql = _mm512_loadu_si512(x[b].ql + 64 * h);
-      __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * h)));
-      __m512i qa = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, sh_a), m30));
-      __m512i qb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
-                                   _mm512_and_si512(_mm512_srlv_epi16(qh, sh_b), m30));
-      const int8_t *q8 = y[b].qs + 128 * h;
-      si = dot_sc(si, qa, _mm512_loadu_si512(q8), spread(sc, k_sp_k6[2 * h]));
-      si = dot_sc(si, qb, _mm512_loadu_si512(q8 + 64), spread(sc, k_sp_k6[2 * h + 1]));
-    }
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_set1_ps(y[b].d * f16(x[b].d)), acc);
-  }
-  *s = _mm512_reduce_add_ps(acc);
 }
 
 // q2_K and q3_K: codes (qs >> 2j) & 3 of both 128-halves in one register
@@ -469,7 +252,7 @@ static inline __m512i k2_dot(__m512i acc, const __m512i q[4], const blk_q8_K *y,
   return acc;
 }
 
-static void vec_dot_q2_K(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+void quant_vec_dot_q2_K_avx512(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
   const blk_q2_K *x = vx;
   const blk_q8_K *y = vy;
   const __m512i m3 = _mm512_set1_epi8(3);
@@ -494,7 +277,7 @@ static void vec_dot_q2_K(int64_t n, float *restrict s, const void *restrict vx, 
   *s = _mm512_reduce_add_ps(acc) - _mm_cvtss_f32(m);
 }
 
-static void vec_dot_q3_K(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+void quant_vec_dot_q3_K_avx512(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
   const blk_q3_K *x = vx;
   const blk_q8_K *y = vy;
   const __m512i m3 = _mm512_set1_epi8(3), k4 = _mm512_set1_epi8(4);
@@ -514,28 +297,4 @@ static void vec_dot_q3_K(int64_t n, float *restrict s, const void *restrict vx, 
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_set1_ps(y[b].d * f16(x[b].d)), acc);
   }
   *s = _mm512_reduce_add_ps(acc);
-}
-
-void quant_kernels_avx512(quant_kernels *ks) {
-  ks->vec_dot[QT_F32] = vec_dot_f32;
-  ks->vec_dot[QT_F16] = vec_dot_f16;
-  ks->vec_dot[QT_BF16] = vec_dot_bf16;
-  ks->vec_dot[QT_Q4_0] = vec_dot_q4_0;
-  ks->vec_dot[QT_Q4_1] = vec_dot_q4_1;
-  ks->vec_dot[QT_Q5_0] = vec_dot_q5_0;
-  ks->vec_dot[QT_Q5_1] = vec_dot_q5_1;
-  ks->vec_dot[QT_Q8_0] = vec_dot_q8_0;
-  ks->vec_dot[QT_Q2_K] = vec_dot_q2_K;
-  ks->vec_dot[QT_Q3_K] = vec_dot_q3_K;
-  ks->vec_dot[QT_Q4_K] = vec_dot_q4_K;
-  ks->vec_dot[QT_Q5_K] = vec_dot_q5_K;
-  ks->vec_dot[QT_Q6_K] = vec_dot_q6_K;
-  ks->to_float[QT_F16] = to_float_f16;
-  ks->from_float[QT_F16] = from_float_f16;
-  ks->to_float[QT_BF16] = to_float_bf16;
-  ks->from_float[QT_BF16] = from_float_bf16;
-  ks->from_float[QT_Q8_0] = from_float_q8_0;
-  ks->from_float[QT_Q8_1] = from_float_q8_1;
-  ks->from_float[QT_Q8_K] = from_float_q8_K;
-  ks->gemm = quant_gemm_avx512;
 }

@@ -1,27 +1,19 @@
-// quant_avx512.h: inline helpers shared by the AVX-512 files (include only
-// from *_avx512.c: they need the AVX-512 BW/VL/VNNI compile flags).
+// quant_avx512: the AVX-512 (F/BW/VL/DQ + VNNI + BF16) level: inline helpers
+// of its files and the kernels one of them defines for another (its table,
+// quant_table_avx512.c). Include only from *_avx512.c files (they are
+// compiled with the AVX-512 flags).
 #ifndef MOLE_QUANT_AVX512_H
 #define MOLE_QUANT_AVX512_H
 
-#include <immintrin.h>
-
-#include "quant/quant_internal.h"
-
-// Software prefetch of weight rows streamed from DRAM: the loops are long
-// enough that the out-of-order window alone keeps too few lines in flight.
-#ifndef QI_PF_DIST
-#define QI_PF_DIST 4096
-#endif
-// always_inline: gcc may otherwise judge a function of prefetches pure and drop it
-static inline __attribute__((always_inline)) void qi_prefetch(const void *p, size_t bytes) {
-  const char *c = (const char *)p + QI_PF_DIST;
-  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(c + o, _MM_HINT_T0);
-}
+#include "quant/quant_ref.h"
+#include "quant/quant_tq.h"
+#include "quant/quant_x86.h"
 
 // full unroll of the small constant loops of register tiles (gcc and clang)
 #define QI_UNROLL _Pragma("GCC unroll 8")
 
-static inline float f16(uint16_t h) { return _cvtsh_ss(h); }
+// the first r (< 16) lanes
+static inline __mmask16 tail16(int64_t r) { return _cvtu32_mask16((1u << r) - 1); }
 
 // 4 x 16 bytes at p, p + stride, ... as the 4 lanes of a register.
 static inline __m512i load4x128(const void *p, size_t stride) {
@@ -80,14 +72,26 @@ static inline __m512i bytes2(uint8_t a, uint8_t b) {
 }
 
 
-// The 16 scales + 32 (0..63) of a q3_K block as bytes.
-static inline __m128i q3k_scales(const uint8_t *s12) {
-  uint32_t a[3];
-  memcpy(a, s12, 12);
-  const __m128i av = _mm_setr_epi32((int)a[0], (int)a[1], (int)a[0], (int)a[1]);
-  const __m128i tv = _mm_set1_epi32((int)a[2]);
-  __m128i lo = _mm_and_si128(_mm_srlv_epi32(av, _mm_setr_epi32(0, 0, 4, 4)), _mm_set1_epi8(15));
-  __m128i hi = _mm_and_si128(_mm_srlv_epi32(tv, _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
-  return _mm_or_si128(lo, _mm_slli_epi32(hi, 4));
-}
+// quant_avx512.c (quant_x86.h)
+QI_X86_KERNELS(avx512)
+
+// quant_gemm_avx512.c: the tiled matmul of those types (quant_table.h's gemm)
+bool quant_gemm_avx512(quant_type wt, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
+                       int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k);
+
+// quant_exact_avx512.c: llama.cpp's orders (the one-token vec_dots, the tiles,
+// R16 groups)
+QX_VEC_DOTS_DECL(avx512)
+void quant_exact_tile_avx512(qx_order o, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
+                             int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k);
+void quant_exact_tile_r16_avx512(qx_order o, quant_type t, const void *W, int64_t n_rows, const void *X,
+                                 size_t xstride, float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                                 int64_t k);
+
+// quant_tq_avx512.c
+void quant_tq1_gemm_avx512(const tq_book *b, const void *W, int64_t n_rows, const float *X, size_t xstride, float *Y,
+                           int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k);
+void quant_tq2_gemm_avx512(const tq_book *b, const void *W, int64_t n_rows, const float *X, size_t xstride, float *Y,
+                           int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k);
+
 #endif

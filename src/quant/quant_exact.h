@@ -52,70 +52,47 @@ typedef quant_op qx_op;  // quant.h
 // the type has no exact kernel.
 qx_order quant_exact_order(quant_type wt, const qx_op *op, int64_t n_tok, int64_t j, int64_t k);
 
-// s = dot(w, x) in order o: w one weight row, x one activation row (its
-// vec_dot_type), k elements. Scalar reference and SIMD twin (same bits).
-void quant_exact_dot_ref(qx_order o, int64_t k, float *s, const void *w, const void *x);
-void quant_exact_dot_avx512(qx_order o, int64_t k, float *s, const void *w, const void *x);
-
-// Y[j][i] for rows [i0, i1) and tokens [j0, j1), all in order o (layout as
-// quant_gemm). Scalar and AVX-512 versions.
-void quant_exact_tile_ref(qx_order o, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
-                          int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k);
-void quant_exact_tile_avx512(qx_order o, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
-                             int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k);
-
-// The same on the groups of a QL_R16 matrix of n_rows rows of type t: rows
-// [i0, i1) with i0 % 16 == 0 and i1 <= 16 * (n_rows / 16) (row stride: the
-// row size). The reference converts rows back and runs quant_exact_dot_ref.
-void quant_exact_tile_r16_ref(qx_order o, quant_type t, const void *W, int64_t n_rows, const void *X, size_t xstride,
-                              float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k);
-void quant_exact_tile_r16_avx512(qx_order o, quant_type t, const void *W, int64_t n_rows, const void *X,
-                                 size_t xstride, float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
-                                 int64_t k);
-
-// quant_gemm with llama.cpp's arithmetic for the op: splits the tokens by
-// order and runs the best kernel this CPU has (AVX-512, else the scalar
-// reference). Returns false (writes nothing) when wt has no exact kernel.
-// QL_R16 needs op->n_rows (the matrix's rows) and wstride = the row size.
-bool quant_exact_gemm(quant_type wt, const qx_op *op, quant_layout lay, const void *W, size_t wstride, const void *X, size_t xstride,
-                      float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k);
-
-// AVX2 (+FMA, F16C) twins: the same bits on x86-64 without AVX-512.
-void quant_exact_dot_avx2(qx_order o, int64_t k, float *s, const void *w, const void *x);
-void quant_exact_tile_avx2(qx_order o, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
-                           int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k);
-
-// R16 groups at AVX2: q4_0 (C1) and q4_K (V256, V64) have kernels (the
-// others run the reference through quant_exact_tile_r16_ref).
-bool quant_exact_r16_avx2(qx_order o);
-void quant_exact_tile_r16_avx2(qx_order o, quant_type t, const void *W, int64_t n_rows, const void *X, size_t xstride,
-                               float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k);
-
-// NEON (ARMv8.2 dotprod) twins of the same orders: the same bits on ARM64.
-// Orders without a NEON kernel run the scalar reference inside them.
-void quant_exact_dot_neon(qx_order o, int64_t k, float *s, const void *w, const void *x);
-void quant_exact_tile_neon(qx_order o, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
-                           int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k);
-
-// The R16 group kernels of QUANT_ISA_EXACT_SIMD (AVX-512 on x86-64; ARM64 has
-// none yet, and quant_r16_preferred never says yes there).
-#if defined(__aarch64__)
-#define quant_exact_tile_r16_simd quant_exact_tile_r16_ref
-#else
-#define quant_exact_tile_r16_simd quant_exact_tile_r16_avx512
-#endif
-
-// The twins of an ISA level (quant.h's QUANT_ISA_*; the scalar references at 0).
-typedef void (*qx_dot_fn)(qx_order o, int64_t k, float *s, const void *w, const void *x);
+// The kernels of the orders at one ISA level (quant_table.h's rows hold
+// them). tile: Y[j][i] for rows [i0, i1) and tokens [j0, j1), all in order o
+// (layout as quant_gemm). tile_r16: the same on the groups of a QL_R16
+// matrix of n_rows rows of type t, rows [i0, i1) with i0 % 16 == 0 and
+// i1 <= 16 * (n_rows / 16) (row stride: the row size). Every level's kernels
+// give the scalar references' bits.
 typedef void (*qx_tile_fn)(qx_order o, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
                            int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k);
-qx_dot_fn quant_exact_dot_of(int level);
-qx_tile_fn quant_exact_tile_of(int level);
+typedef void (*qx_tile_r16_fn)(qx_order o, quant_type t, const void *W, int64_t n_rows, const void *X, size_t xstride,
+                               float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k);
 
-// Per-type vec_dot with the one-token order (the n_tok == 1 / expert order,
-// rows assumed a multiple of 8) at an ISA level, in the quant_vec_dot_fn
-// signature; NULL when the type has none.
-quant_vec_dot_fn quant_exact_vec_dot(quant_type wt, int level);
+// The scalar references (quant_exact_ref.c; the R16 one converts rows back,
+// quant_r16.c). dot: s = dot(w, x) in order o, w one weight row, x one
+// activation row (its vec_dot_type), k elements.
+void quant_exact_dot_ref(qx_order o, int64_t k, float *s, const void *w, const void *x);
+void quant_exact_tile_ref(qx_order o, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
+                          int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k);
+void quant_exact_tile_r16_ref(qx_order o, quant_type t, const void *W, int64_t n_rows, const void *X, size_t xstride,
+                              float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k);
 
+// quant_gemm with llama.cpp's arithmetic for the op, with the kernels of the
+// level in use (quant.c): the tokens split by order. Returns false (writes
+// nothing) when wt has no exact order. QL_R16 needs op->n_rows (the matrix's
+// rows) and wstride = the row size.
+bool quant_exact_gemm(quant_type wt, const qx_op *op, quant_layout lay, const void *W, size_t wstride, const void *X,
+                      size_t xstride, float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k);
+
+// A type's vec_dot at a level is its one-token order (a mul_mat of one
+// token, rows a multiple of 8) through that level's dot: QX_VEC_DOTS(isa,
+// dot) defines quant_vec_dot_<type>_<isa> for the types with orders,
+// QX_VEC_DOTS_DECL(isa) declares them.
+#define QX_ONE_TOKEN_ORDERS(X, isa, dot)                                                                        \
+  X(q8_0, QX_Q8_0, isa, dot) X(q4_0, QX_Q4_0_C1, isa, dot) X(q4_K, QX_Q4_K_V256, isa, dot)                     \
+  X(q5_K, QX_Q5_K_K8, isa, dot) X(q6_K, QX_Q6_K_K8, isa, dot) X(f32, QX_F32_VEC, isa, dot)                     \
+  X(f16, QX_F16_VEC, isa, dot) X(bf16, QX_BF16_VEC, isa, dot)
+#define QX_VEC_DOT_SIG(t, isa) \
+  void quant_vec_dot_##t##_##isa(int64_t n, float *restrict s, const void *restrict x, const void *restrict y)
+#define QX_VEC_DOT_DEF(t, ord, isa, dot) \
+  QX_VEC_DOT_SIG(t, isa) { dot(ord, n, s, x, y); }
+#define QX_VEC_DOT_DECL(t, ord, isa, dot) QX_VEC_DOT_SIG(t, isa);
+#define QX_VEC_DOTS(isa, dot) QX_ONE_TOKEN_ORDERS(QX_VEC_DOT_DEF, isa, dot)
+#define QX_VEC_DOTS_DECL(isa) QX_ONE_TOKEN_ORDERS(QX_VEC_DOT_DECL, isa, _)
 
 #endif

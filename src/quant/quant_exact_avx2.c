@@ -5,18 +5,9 @@
 // maddubs on unsigned codes (q4/q5/q6 codes, |w| through the sign trick)
 // against activations in [-127, 127] (what the q8_0 / q8_K quantizers make)
 // never saturate its int16 pairs. The bf16 orders run the reference.
-#include <immintrin.h>
-#include <string.h>
-
 #include "quant/quant_avx2.h"
-#include "quant/quant_exact.h"
-#include "quant/quant_internal.h"
 
 // ---- helpers ----------------------------------------------------------------------------
-
-static inline float fma1(float a, float b, float c) {
-  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
-}
 
 static inline __m256i ld32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
@@ -419,15 +410,11 @@ static void r16_q4k(bool v64, const uint8_t *g, int64_t nb, const blk_q8_K *cons
   }
 }
 
-bool quant_exact_r16_avx2(qx_order o) { return o == QX_Q4_0_C1 || o == QX_Q4_K_V256 || o == QX_Q4_K_V64; }
-
+// the orders of q4_0 and q4_K (the table's rows of the other R16 types have no group kernel here)
 void quant_exact_tile_r16_avx2(qx_order o, quant_type t, const void *W, int64_t n_rows, const void *X, size_t xstride,
                                float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k) {
   MOLE_ASSERT(i0 % 16 == 0 && i1 <= n_rows / 16 * 16);
-  if (!quant_exact_r16_avx2(o)) {  // orders without an AVX2 group kernel: the reference
-    quant_exact_tile_r16_ref(o, t, W, n_rows, X, xstride, Y, ldy, i0, i1, j0, j1, k);
-    return;
-  }
+  MOLE_ASSERT(o == QX_Q4_0_C1 || o == QX_Q4_K_V256 || o == QX_Q4_K_V64);
   const size_t rb = quant_row_size(t, k);
   const int64_t nb = k / (o == QX_Q4_0_C1 ? 32 : QK_K);
   float y16[16], y64[64];
@@ -487,7 +474,7 @@ static void l8_2x4(int64_t k, const blk_q8_0 *const *w, const blk_q8_0 *const *x
 
 // ---- entry points --------------------------------------------------------------------------
 
-void quant_exact_dot_avx2(qx_order o, int64_t k, float *s, const void *w, const void *x) {
+static void quant_exact_dot_avx2(qx_order o, int64_t k, float *s, const void *w, const void *x) {
   switch (o) {
     case QX_Q8_0: *s = dot_l8(false, k, w, x); return;
     case QX_Q4_0_L8: *s = dot_l8(true, k, w, x); return;
@@ -504,6 +491,9 @@ void quant_exact_dot_avx2(qx_order o, int64_t k, float *s, const void *w, const 
     default: quant_exact_dot_ref(o, k, s, w, x); return;
   }
 }
+
+// the one-token vec_dots (quant_avx2.h)
+QX_VEC_DOTS(avx2, quant_exact_dot_avx2)
 
 void quant_exact_tile_avx2(qx_order o, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
                            int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k) {

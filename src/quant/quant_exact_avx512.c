@@ -18,49 +18,22 @@
 //  * q5_K, q6_K, q4_K without repack: 4 rows interleaved per token;
 //    float vec_dot orders one output at a time; tinyBLAS orders 4 rows x 4
 //    tokens of accumulators, as tinyBLAS itself.
-#include <immintrin.h>
 #include <stddef.h>
-#include <string.h>
 
-#include "quant/quant_exact.h"
-#include "quant/quant_internal.h"
+#include "quant/quant_avx512.h"
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-#define QX_UNROLL _Pragma("GCC unroll 8")
-
-static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
-
-// hsum_float_8: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7))
-static inline float hs8(__m256 a) {
-  __m128 r = _mm_add_ps(_mm256_extractf128_ps(a, 1), _mm256_castps256_ps128(a));
-  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-  r = _mm_add_ss(r, _mm_movehdup_ps(r));
-  return _mm_cvtss_f32(r);
-}
 // gcc's _mm512_reduce_add_ps, written out (clang's builtin may pair differently)
 static inline float hs16(__m512 a) {
-  return hs8(_mm256_add_ps(_mm512_extractf32x8_ps(a, 1), _mm512_castps512_ps256(a)));
+  return hsum8(_mm256_add_ps(_mm512_extractf32x8_ps(a, 1), _mm512_castps512_ps256(a)));
 }
 static inline float hs4(__m128 a) {
   a = _mm_add_ps(a, _mm_movehl_ps(a, a));
   a = _mm_add_ss(a, _mm_movehdup_ps(a));
   return _mm_cvtss_f32(a);
-}
-static inline float fma1(float a, float b, float c) {
-  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
-}
-static inline int hsum_i32x8(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-  return _mm_cvtsi128_si32(s);
-}
-static inline __m256i nib32(const uint8_t *qs) {  // 16 bytes -> 32 codes 0..15, element order
-  __m128i q = _mm_loadu_si128((const __m128i *)qs);
-  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(15));
 }
 
 // Rows streamed block by block in parallel are too many streams for the
@@ -74,34 +47,24 @@ static inline __attribute__((always_inline)) void prefetch_rows(const uint8_t *c
     for (int r = 0; r < nr; r++) _mm_prefetch((const char *)p[r] + o + QX_PF, _MM_HINT_T0);
 }
 
-// ---- per-output kernels (the vec_dot orders, and the reference shapes) -------------------------
+// ---- per-output kernels: the one-token orders (vec_dot) and the tiles'
+// ---- single rows (the tiles below take the other orders whole) ---------------------
 
-// 8 lanes of d * (bytes 4l..4l+3), fma per block (q8_0, q4_0 without repack)
-static float dot_l8(bool q4, int64_t k, const void *vw, const void *vx) {
-  const blk_q8_0 *x = vx;
+// q8_0: 8 lanes of d * (bytes 4l..4l+3), fma per block
+static float dot_l8(int64_t k, const void *vw, const void *vx) {
+  const blk_q8_0 *x = vx, *w = vw;
   __m256 acc = _mm256_setzero_ps();
-  const __m256i z = _mm256_setzero_si256();
+  const __m256i z = _mm256_setzero_si256(), off = _mm256_set1_epi8((char)0x80);
   for (int64_t b = 0; b < k / 32; b++) {
-    __m256i xv = _mm256_loadu_si256((const __m256i *)x[b].qs), wu, off;
-    float dw;
-    if (q4) {
-      const blk_q4_0 *w = (const blk_q4_0 *)vw + b;
-      wu = nib32(w->qs);
-      off = _mm256_set1_epi8(8);
-      dw = h2f(w->d);
-    } else {
-      const blk_q8_0 *w = (const blk_q8_0 *)vw + b;
-      off = _mm256_set1_epi8((char)0x80);
-      wu = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)w->qs), off);
-      dw = h2f(w->d);
-    }
+    __m256i xv = _mm256_loadu_si256((const __m256i *)x[b].qs);
+    __m256i wu = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)w[b].qs), off);
     // (w + off) . x - off * sum(x), per 4-byte lane: exact
     __m256i corr = _mm256_sub_epi32(z, _mm256_dpbusd_epi32(z, off, xv));
     __m256i is = _mm256_dpbusd_epi32(corr, wu, xv);
-    float d = dw * h2f(x[b].d);
+    float d = f16(w[b].d) * f16(x[b].d);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(is), acc);
   }
-  return hs8(acc);
+  return hsum8(acc);
 }
 
 static float dot_q4_0_c1(int64_t k, const void *vw, const void *vx) {
@@ -112,8 +75,8 @@ static float dot_q4_0_c1(int64_t k, const void *vw, const void *vx) {
   for (int64_t b = 0; b < k / 32; b++) {
     __m256i xv = _mm256_loadu_si256((const __m256i *)x[b].qs);
     __m256i corr = _mm256_sub_epi32(z, _mm256_dpbusd_epi32(z, _mm256_set1_epi8(8), xv));
-    int is = hsum_i32x8(_mm256_dpbusd_epi32(corr, nib32(w[b].qs), xv));
-    float d = h2f(w[b].d) * h2f(x[b].d);
+    int is = hsum8i(_mm256_dpbusd_epi32(corr, nibbles(w[b].qs), xv));
+    float d = f16(w[b].d) * f16(x[b].d);
     acc = fma1((float)is, d, acc);
   }
   return acc;
@@ -158,7 +121,7 @@ static inline __attribute__((always_inline)) void k8_rows(bool q5, const int R, 
     const __m512i xv[4] = {_mm512_loadu_si512(x[b].qs), _mm512_loadu_si512(x[b].qs + 64),
                            _mm512_loadu_si512(x[b].qs + 128), _mm512_loadu_si512(x[b].qs + 192)};
     prefetch_rows(w, R, (size_t)b * bsz, (size_t)(b + 1) * bsz);
-    QX_UNROLL for (int r = 0; r < R; r++) {
+    QI_UNROLL for (int r = 0; r < R; r++) {
       const uint8_t *wb = w[r] + (size_t)b * bsz;
       const uint8_t *qs, *qh = NULL, *sc12;
       uint16_t hd, hm;
@@ -173,8 +136,8 @@ static inline __attribute__((always_inline)) void k8_rows(bool q5, const int R, 
       qi_k4_scales(sc12, &scw, &mnw);
       uint8_t mn[8];
       memcpy(mn, &mnw, 8);
-      const float d = x[b].d * h2f(hd);
-      const float dmin = -x[b].d * h2f(hm);
+      const float d = x[b].d * f16(hd);
+      const float dmin = -x[b].d * f16(hm);
       if (q5) {
         int m = 0;
         for (int s = 0; s < 8; s++) m += mn[s] * B[s];
@@ -186,7 +149,7 @@ static inline __attribute__((always_inline)) void k8_rows(bool q5, const int R, 
       }
       const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)scw)));
       __m512i tot[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-      QX_UNROLL for (int p = 0; p < 4; p++) {
+      QI_UNROLL for (int p = 0; p < 4; p++) {
         __m512i is = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k4_pair(qs, qh, p), xv[p]);
         tot[p % 2] = _mm512_add_epi32(tot[p % 2], mul16(is, _mm512_permutexvar_epi32(pair_idx(2 * p, 2 * p + 1), sc)));
       }
@@ -195,7 +158,7 @@ static inline __attribute__((always_inline)) void k8_rows(bool q5, const int R, 
       acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc[r]);
     }
   }
-  for (int r = 0; r < R; r++) out[r] = q5 ? hs8(acc[r]) + summs[r] : hs8(acc[r]) + hs4(accm[r]);
+  for (int r = 0; r < R; r++) out[r] = q5 ? hsum8(acc[r]) + summs[r] : hsum8(acc[r]) + hs4(accm[r]);
 }
 
 static float dot_k8(bool q5, int64_t k, const void *vw, const void *vx) {
@@ -220,16 +183,16 @@ static inline __attribute__((always_inline)) void q6k_rows(const int R, int64_t 
                            _mm512_loadu_si512(x[b].qs + 128), _mm512_loadu_si512(x[b].qs + 192)};
     const __m256i bs = _mm256_loadu_si256((const __m256i *)x[b].bsums);
     prefetch_rows(vw, R, (size_t)b * sizeof(blk_q6_K), (size_t)(b + 1) * sizeof(blk_q6_K));
-    QX_UNROLL for (int r = 0; r < R; r++) {
+    QI_UNROLL for (int r = 0; r < R; r++) {
       const blk_q6_K *w = (const blk_q6_K *)vw[r] + b;
       // int8 scales in the low 16 bits of each lane (mul16)
       const __m512i sc = _mm512_and_si512(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)w->scales)),
                                           _mm512_set1_epi32(0xffff));
       __m512i tot[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-      QX_UNROLL for (int j = 0; j < 2; j++) {
+      QI_UNROLL for (int j = 0; j < 2; j++) {
         const __m512i L = _mm512_loadu_si512(w->ql + 64 * j);  // chunks 0, 1 low nibbles; 2, 3 high
         const __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w->qh + 32 * j)));
-        QX_UNROLL for (int cp = 0; cp < 2; cp++) {  // chunks c = 2cp, 2cp+1
+        QI_UNROLL for (int cp = 0; cp < 2; cp++) {  // chunks c = 2cp, 2cp+1
           const __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * cp)), _mm256_set1_epi16((short)(4 * cp + 2)), 1);
           __m512i lo = _mm512_and_si512(cp ? _mm512_srli_epi16(L, 4) : L, m4z);
           __m512i hi = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(H, sh), m3z), 4);
@@ -244,11 +207,11 @@ static inline __attribute__((always_inline)) void q6k_rows(const int R, int64_t 
       __m256i lanes = _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1));
       __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w->scales));
       lanes = _mm256_sub_epi32(lanes, _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5));
-      const float d = x[b].d * h2f(w->d);
+      const float d = x[b].d * f16(w->d);
       acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc[r]);
     }
   }
-  for (int r = 0; r < R; r++) out[r] = hs8(acc[r]);
+  for (int r = 0; r < R; r++) out[r] = hsum8(acc[r]);
 }
 
 static float dot_q6k(int64_t k, const void *vw, const void *vx) {
@@ -258,8 +221,9 @@ static float dot_q6k(int64_t k, const void *vw, const void *vx) {
   return s;
 }
 
-// q4_K repack orders for one output (the tile below does 16 at once)
-static float dot_q4k_repack(int step, int64_t k, const void *vw, const void *vx) {
+// q4_K's gemv repack order (V256) for one output, the one-token order (the
+// tile below does 16 at once, V64 too)
+static float dot_q4k_v256(int64_t k, const void *vw, const void *vx) {
   const blk_q4_K *w = vw;
   const blk_q8_K *x = vx;
   float acc = 0, accm = 0;
@@ -273,24 +237,21 @@ static float dot_q4k_repack(int step, int64_t k, const void *vw, const void *vx)
     for (int p = 0; p < 4; p++) {
       __m512i v = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k4_pair(w[b].qs, NULL, p),
                                       _mm512_loadu_si512(x[b].qs + 64 * p));
-      is[2 * p] = hsum_i32x8(_mm512_castsi512_si256(v));
-      is[2 * p + 1] = hsum_i32x8(_mm512_extracti64x4_epi64(v, 1));
+      is[2 * p] = hsum8i(_mm512_castsi512_si256(v));
+      is[2 * p + 1] = hsum8i(_mm512_extracti64x4_epi64(v, 1));
     }
-    const float ds = h2f(w[b].d) * x[b].d, dm = h2f(w[b].dmin) * x[b].d;
-    for (int p0 = 0; p0 < 4; p0 += step) {
-      int t = 0, m = 0;
-      for (int s = 2 * p0; s < 2 * (p0 + step); s++) {
-        t += sc[s] * is[s];
-        m += mn[s] * (x[b].bsums[2 * s] + x[b].bsums[2 * s + 1]);
-      }
-      acc = fma1((float)t, ds, acc);
-      accm = fma1((float)m, dm, accm);
+    const float ds = f16(w[b].d) * x[b].d, dm = f16(w[b].dmin) * x[b].d;
+    int t = 0, m = 0;
+    for (int s = 0; s < 8; s++) {
+      t += sc[s] * is[s];
+      m += mn[s] * (x[b].bsums[2 * s] + x[b].bsums[2 * s + 1]);
     }
+    acc = fma1((float)t, ds, acc);
+    accm = fma1((float)m, dm, accm);
   }
   return acc - accm;
 }
 
-static inline __mmask16 tail16(int64_t r) { return _cvtu32_mask16((1u << r) - 1); }
 static inline __m512 ld_h(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 
 // ggml_vec_dot_f32 (see the reference for the tail)
@@ -329,7 +290,7 @@ static float dot_vf16(int64_t k, const uint16_t *w, const uint16_t *x) {
   s1 = _mm512_add_ps(s1, s3);
   double sum = (double)hs16(_mm512_add_ps(s0, s1));
   for (int64_t i = np; i < k; i++) {
-    float p = h2f(w[i]) * h2f(x[i]);
+    float p = f16(w[i]) * f16(x[i]);
     sum = sum + (double)p;
   }
   return (float)sum;
@@ -356,41 +317,25 @@ static float dot_vbf16(int64_t k, const uint16_t *w, const uint16_t *x) {
   return (float)sum;
 }
 
-static float dot_t16(bool h, int64_t k, const void *w, const void *x) {
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t c = 0; c < k; c += 16) {
-    __m512 a = h ? ld_h((const uint16_t *)w + c) : _mm512_loadu_ps((const float *)w + c);
-    __m512 b = h ? ld_h((const uint16_t *)x + c) : _mm512_loadu_ps((const float *)x + c);
-    acc = _mm512_fmadd_ps(a, b, acc);
-  }
-  return hs16(acc);
-}
-
-static float dot_t32(int64_t k, const uint16_t *w, const uint16_t *x) {
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t c = 0; c < k; c += 32) acc = dpbf(acc, w + c, x + c);
-  return hs16(acc);
-}
-
-void quant_exact_dot_avx512(qx_order o, int64_t k, float *s, const void *w, const void *x) {
+// the orders whose single outputs come here (quant_exact_tile_avx512 runs
+// q4_0's, q4_K's repack orders and the tinyBLAS ones in its tiles)
+static void quant_exact_dot_avx512(qx_order o, int64_t k, float *s, const void *w, const void *x) {
   switch (o) {
-    case QX_Q8_0: *s = dot_l8(false, k, w, x); return;
-    case QX_Q4_0_L8: *s = dot_l8(true, k, w, x); return;
+    case QX_Q8_0: *s = dot_l8(k, w, x); return;
     case QX_Q4_0_C1: *s = dot_q4_0_c1(k, w, x); return;
     case QX_Q4_K_K8: *s = dot_k8(false, k, w, x); return;
     case QX_Q5_K_K8: *s = dot_k8(true, k, w, x); return;
-    case QX_Q4_K_V256: *s = dot_q4k_repack(4, k, w, x); return;
-    case QX_Q4_K_V64: *s = dot_q4k_repack(1, k, w, x); return;
+    case QX_Q4_K_V256: *s = dot_q4k_v256(k, w, x); return;
     case QX_Q6_K_K8: *s = dot_q6k(k, w, x); return;
     case QX_F32_VEC: *s = dot_vf32(k, w, x); return;
-    case QX_F32_T16: *s = dot_t16(false, k, w, x); return;
     case QX_F16_VEC: *s = dot_vf16(k, w, x); return;
-    case QX_F16_T16: *s = dot_t16(true, k, w, x); return;
     case QX_BF16_VEC: *s = dot_vbf16(k, w, x); return;
-    case QX_BF16_T32: *s = dot_t32(k, w, x); return;
-    default: MOLE_ASSERT(!"quant_exact_dot_avx512: no such order");
+    default: MOLE_ASSERT(!"quant_exact_dot_avx512: an order its tiles take whole");
   }
 }
+
+// the one-token vec_dots (quant_avx512.h)
+QX_VEC_DOTS(avx512, quant_exact_dot_avx512)
 
 // ---- 16-row panels ---------------------------------------------------------------------------
 // The lane-per-row orders (q4_0 C1, q4_K repack) take 16 rows at a time from
@@ -409,7 +354,7 @@ static inline int perm16(int L) { return 4 * (L % 4) + L / 4; }
 static inline void tr16x4(const uint8_t *const *p, size_t off, __m512i T[4]) {
   __m512i Z[4];
   // masked broadcasts from memory: load + blend, no shuffle port
-  QX_UNROLL for (int g = 0; g < 4; g++) {
+  QI_UNROLL for (int g = 0; g < 4; g++) {
     __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(p[4 * g] + off)));
     v = _mm512_mask_broadcast_i32x4(v, 0x00f0, _mm_loadu_si128((const __m128i *)(p[4 * g + 1] + off)));
     v = _mm512_mask_broadcast_i32x4(v, 0x0f00, _mm_loadu_si128((const __m128i *)(p[4 * g + 2] + off)));
@@ -485,8 +430,8 @@ static tok_aux q8_0_aux(char *scr, const void *X, size_t xstride, int64_t j0, in
     for (int64_t b = 0; b < nb; b++) {
       __m256i v = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8),
                                       _mm256_loadu_si256((const __m256i *)x[b].qs));
-      a.sx[j * nb + b] = -hsum_i32x8(v);
-      a.dx[j * nb + b] = h2f(x[b].d);
+      a.sx[j * nb + b] = -hsum8i(v);
+      a.dx[j * nb + b] = f16(x[b].d);
     }
   }
   return a;
@@ -504,7 +449,7 @@ static inline __attribute__((always_inline)) __m512 q4_0_block(const panel16 *pn
     const uint8_t *gb = pn->g + (size_t)b * 16 * sizeof(blk_q4_0);
     if (pn->pf) prefetch_gb(gb, 16 * sizeof(blk_q4_0));
     dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb));
-    QX_UNROLL for (int c = 0; c < 4; c++) T[c] = _mm512_loadu_si512(gb + 32 + 64 * c);
+    QI_UNROLL for (int c = 0; c < 4; c++) T[c] = _mm512_loadu_si512(gb + 32 + 64 * c);
   } else {
     const size_t bo = (size_t)b * sizeof(blk_q4_0);
     dw = *dw_next;  // gathers issued a block ahead: their latency is long
@@ -512,7 +457,7 @@ static inline __attribute__((always_inline)) __m512 q4_0_block(const panel16 *pn
     prefetch_rows(pn->p, 16, bo, bo + sizeof(blk_q4_0));
     tr16x4(pn->p, bo + 2, T);
   }
-  QX_UNROLL for (int c = 0; c < 4; c++) {
+  QI_UNROLL for (int c = 0; c < 4; c++) {
     V[c] = _mm512_and_si512(T[c], m4);
     V[c + 4] = _mm512_and_si512(_mm512_srli_epi32(T[c], 4), m4);
   }
@@ -524,7 +469,7 @@ static inline __attribute__((always_inline)) __m512 q4_0_block(const panel16 *pn
 static inline __attribute__((always_inline)) __m512i q4_0_isum(const __m512i V[8], const blk_q8_0 *x, int32_t sx) {
   const int32_t *xq = (const int32_t *)x->qs;
   __m512i is[4] = {_mm512_set1_epi32(sx), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
-  QX_UNROLL for (int c = 0; c < 8; c++) {
+  QI_UNROLL for (int c = 0; c < 8; c++) {
     int32_t xd;
     memcpy(&xd, xq + c, 4);
     is[c % 4] = _mm512_dpbusd_epi32(is[c % 4], V[c], _mm512_set1_epi32(xd));
@@ -542,7 +487,7 @@ static inline __attribute__((always_inline)) void c1_direct(const int NT, const 
   for (int64_t b = 0; b < nb; b++) {
     __m512i V[8];
     const __m512 dw = q4_0_block(pn, b, nb, V, &dw_next);
-    QX_UNROLL for (int t = 0; t < NT; t++) {
+    QI_UNROLL for (int t = 0; t < NT; t++) {
       const __m512i isum = q4_0_isum(V, x[t] + b, ta->sx[t * nb + b]);
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(ta->dx[t * nb + b])), acc[t]);
     }
@@ -558,10 +503,10 @@ static inline __attribute__((always_inline)) void c1_pair(const int NT, const pa
   for (int t = 0; t < NT; t++) x[t] = (const blk_q8_0 *)((const char *)X + (size_t)(j0 + t) * xstride);
   __m512 unused = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
-    QX_UNROLL for (int s = 0; s < 2; s++) {
+    QI_UNROLL for (int s = 0; s < 2; s++) {
       __m512i V[8];
       const __m512 dw = q4_0_block(s ? pb : pa, b, nb, V, &unused);
-      QX_UNROLL for (int t = 0; t < NT; t++) {
+      QI_UNROLL for (int t = 0; t < NT; t++) {
         const __m512i isum = q4_0_isum(V, x[t] + b, ta->sx[t * nb + b]);
         acc[s][t] =
             _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(ta->dx[t * nb + b])), acc[s][t]);
@@ -668,14 +613,14 @@ static inline __attribute__((always_inline)) void q4k_codes(const panel16 *pn, i
   __m512i T[8];
   if (pn->r16) {
     const uint8_t *c = pn->g + (size_t)b * 16 * sizeof(blk_q4_K) + 256 + 512 * q;
-    QX_UNROLL for (int t = 0; t < 8; t++) T[t] = _mm512_loadu_si512(c + 64 * t);
+    QI_UNROLL for (int t = 0; t < 8; t++) T[t] = _mm512_loadu_si512(c + 64 * t);
   } else {
     const size_t bo = (size_t)b * sizeof(blk_q4_K) + offsetof(blk_q4_K, qs) + 32 * q;
     tr16x4(pn->p, bo, T);
     tr16x4(pn->p, bo + 16, T + 4);
   }
   const __m512i m4 = _mm512_set1_epi8(15);
-  QX_UNROLL for (int t = 0; t < 8; t++) {
+  QI_UNROLL for (int t = 0; t < 8; t++) {
     V[0][t] = _mm512_and_si512(T[t], m4);
     V[1][t] = _mm512_and_si512(_mm512_srli_epi32(T[t], 4), m4);
   }
@@ -687,7 +632,7 @@ static inline __attribute__((always_inline)) void q4k_pair(const __m512i V[2][8]
                                                            const blk_q8_K *x, int q, __m512i *tq, __m512i *mq_j) {
   const int32_t *xq = (const int32_t *)x->qs + 16 * q;
   __m512i is0 = _mm512_setzero_si512(), is1 = _mm512_setzero_si512();
-  QX_UNROLL for (int t = 0; t < 8; t++) {
+  QI_UNROLL for (int t = 0; t < 8; t++) {
     int32_t a0, a1;
     memcpy(&a0, xq + t, 4);
     memcpy(&a1, xq + 8 + t, 4);
@@ -722,7 +667,7 @@ static void tile_q4k_repack(bool r16, bool v64, const void *W, size_t wstride, c
       }
       const q4k_scales S = q4k_block_scales(&pn, b);
       for (int64_t j = 0; j < nt; j++) tot[j] = mins[j] = _mm512_setzero_si512();
-      QX_UNROLL for (int q = 0; q < 4; q++) {
+      QI_UNROLL for (int q = 0; q < 4; q++) {
         __m512i V[2][8];
         q4k_codes(&pn, b, q, V);
         const __m512i sw = q < 2 ? S.s_lo : S.s_hi, mw = q < 2 ? S.m_lo : S.m_hi;
@@ -766,7 +711,7 @@ static void l8_aux(bool q4, const blk_q8_0 *x, int64_t nb, int32_t *aux) {
   for (int64_t b = 0; b < nb; b++) {
     __m256i c = _mm256_sub_epi32(z, _mm256_dpbusd_epi32(z, off, _mm256_loadu_si256((const __m256i *)x[b].qs)));
     _mm256_store_si256((__m256i *)(aux + 40 * b), c);
-    const float d = h2f(x[b].d);
+    const float d = f16(x[b].d);
     memcpy(aux + 40 * b + 8, &d, 4);
   }
 }
@@ -783,14 +728,14 @@ typedef struct {
 static inline __attribute__((always_inline)) void l8_codes(bool q4, const panel8 *pn, int64_t b, __m512i w[4]) {
   if (pn->g) {
     const uint8_t *c = pn->g + (size_t)b * 16 * sizeof(blk_q8_0) + 32 + 256 * pn->h;
-    QX_UNROLL for (int q = 0; q < 4; q++) w[q] = _mm512_loadu_si512(c + 64 * q);
+    QI_UNROLL for (int q = 0; q < 4; q++) w[q] = _mm512_loadu_si512(c + 64 * q);
     return;
   }
   const size_t bo = (size_t)b * (q4 ? sizeof(blk_q4_0) : sizeof(blk_q8_0));
   const __m512i off2 = _mm512_set1_epi8((char)0x80);
-  QX_UNROLL for (int q = 0; q < 4; q++) {
+  QI_UNROLL for (int q = 0; q < 4; q++) {
     if (q4) {
-      w[q] = _mm512_inserti64x4(_mm512_castsi256_si512(nib32(pn->p[2 * q] + bo + 2)), nib32(pn->p[2 * q + 1] + bo + 2), 1);
+      w[q] = _mm512_inserti64x4(_mm512_castsi256_si512(nibbles(pn->p[2 * q] + bo + 2)), nibbles(pn->p[2 * q + 1] + bo + 2), 1);
     } else {
       __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(pn->p[2 * q] + bo + 2)));
       v = _mm512_mask_broadcast_i64x4(v, 0xf0, _mm256_loadu_si256((const __m256i *)(pn->p[2 * q + 1] + bo + 2)));
@@ -799,43 +744,32 @@ static inline __attribute__((always_inline)) void l8_codes(bool q4, const panel8
   }
 }
 
-// One token group of up to 4 tokens straight from the rows (decode): the
-// codes of 8 rows as 4 pairs per block, the scales gathered a block ahead
-// (rows) or loaded (R16). aux[t]: per block of token t, 40 int32: the 8 lane
-// corrections -off * sum of the token's bytes, its scale as a float, padding
-// (l8_aux)
+// One token group of up to 4 tokens straight from GGUF rows (decode; R16
+// groups go through l8_r16_slots): the codes of 8 rows as 4 pairs per block,
+// the scales gathered a block ahead. aux[t]: per block of token t, 40 int32:
+// the 8 lane corrections -off * sum of the token's bytes, its scale as a
+// float, padding (l8_aux)
 static inline __attribute__((always_inline)) void l8_direct(bool q4, const int NT, const panel8 *pn,
                                                             const blk_q8_0 *const *x, const int32_t *const *aux,
                                                             int64_t nb, __m512 acc[4][4]) {
   const size_t bsz = q4 ? sizeof(blk_q4_0) : sizeof(blk_q8_0);
-  __m256i offs = _mm256_setzero_si256();
-  __m256 dw_next = _mm256_setzero_ps();
-  if (!pn->g) {
-    int32_t o[8];
-    for (int r = 0; r < 8; r++) o[r] = (int32_t)(pn->p[r] - pn->p[0]);
-    offs = _mm256_loadu_si256((const __m256i *)o);
-    dw_next = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_i32gather_epi32((const int *)pn->p[0], offs, 1)));
-  }
+  int32_t o[8];
+  for (int r = 0; r < 8; r++) o[r] = (int32_t)(pn->p[r] - pn->p[0]);
+  const __m256i offs = _mm256_loadu_si256((const __m256i *)o);
+  __m256 dw_next = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_i32gather_epi32((const int *)pn->p[0], offs, 1)));
   for (int64_t b = 0; b < nb; b++) {
-    __m256 dw;
-    if (pn->g) {
-      const uint8_t *gb = pn->g + (size_t)b * 16 * sizeof(blk_q8_0);
-      dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16 * pn->h)));
-    } else {
-      const size_t bo = (size_t)b * bsz;
-      dw = dw_next;
-      if (b + 1 < nb)
-        dw_next = _mm256_cvtph_ps(
-            _mm256_cvtepi32_epi16(_mm256_i32gather_epi32((const int *)(pn->p[0] + bo + bsz), offs, 1)));
-      prefetch_rows(pn->p, 8, bo, bo + bsz);
-    }
+    const size_t bo = (size_t)b * bsz;
+    const __m256 dw = dw_next;
+    if (b + 1 < nb)
+      dw_next = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_i32gather_epi32((const int *)(pn->p[0] + bo + bsz), offs, 1)));
+    prefetch_rows(pn->p, 8, bo, bo + bsz);
     __m512i w[4];
     l8_codes(q4, pn, b, w);
-    QX_UNROLL for (int t = 0; t < NT; t++) {
+    QI_UNROLL for (int t = 0; t < NT; t++) {
       const __m512i xv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[t][b].qs));
       const __m512i corr = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(aux[t] + 40 * b)));
       const __m512 d8 = _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_set1_ps(((const float *)aux[t])[40 * b + 8])));
-      QX_UNROLL for (int q = 0; q < 4; q++) {
+      QI_UNROLL for (int q = 0; q < 4; q++) {
         __m512i is = _mm512_dpbusd_epi32(corr, w[q], xv);
         acc[q][t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pair_idx(2 * q, 2 * q + 1), d8), _mm512_cvtepi32_ps(is),
                                     acc[q][t]);
@@ -859,7 +793,7 @@ static inline __attribute__((always_inline)) void l8_r16_slots(const int NS, con
     __m512i xv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[0][b].qs));
     __m512i corr = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(aux[0] + 40 * b)));
     __m512 dx = _mm512_set1_ps(((const float *)aux[0])[40 * b + 8]);
-    QX_UNROLL for (int s = 0; s < NS; s++) {
+    QI_UNROLL for (int s = 0; s < NS; s++) {
       const uint8_t *gb = g[s] + (size_t)b * 16 * sizeof(blk_q8_0);
       if (s > 0 && !one_x) {
         xv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[s][b].qs));
@@ -867,7 +801,7 @@ static inline __attribute__((always_inline)) void l8_r16_slots(const int NS, con
         dx = _mm512_set1_ps(((const float *)aux[s])[40 * b + 8]);
       }
       const __m512 d16 = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb)), dx);
-      QX_UNROLL for (int h = 0; h < 2; h++) QX_UNROLL for (int q = 0; q < 4; q++) {
+      QI_UNROLL for (int h = 0; h < 2; h++) QI_UNROLL for (int q = 0; q < 4; q++) {
         const __m512i w = _mm512_loadu_si512(gb + 32 + 256 * h + 64 * q);
         const __m512i is = _mm512_dpbusd_epi32(corr, w, xv);
         acc[h][q][s] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pair_idx(8 * h + 2 * q, 8 * h + 2 * q + 1), d16),
@@ -881,8 +815,8 @@ static inline __attribute__((always_inline)) void l8_r16_slots(const int NS, con
 static inline void l8_store(const __m512 acc[2][4][2], int s, int nr, float *y) {
   for (int h = 0; h < 2; h++)
     for (int q = 0; q < 4; q++) {
-      if (8 * h + 2 * q < nr) y[8 * h + 2 * q] = hs8(_mm512_castps512_ps256(acc[h][q][s]));
-      if (8 * h + 2 * q + 1 < nr) y[8 * h + 2 * q + 1] = hs8(_mm512_extractf32x8_ps(acc[h][q][s], 1));
+      if (8 * h + 2 * q < nr) y[8 * h + 2 * q] = hsum8(_mm512_castps512_ps256(acc[h][q][s]));
+      if (8 * h + 2 * q + 1 < nr) y[8 * h + 2 * q + 1] = hsum8(_mm512_extractf32x8_ps(acc[h][q][s], 1));
     }
 }
 
@@ -972,8 +906,8 @@ static void tile_l8(bool r16, bool q4, const void *W, size_t wstride, const void
       for (int t = 0; t < nt; t++) {
         float *y = Y + (j0 + t) * ldy + r0;
         for (int q = 0; q < 4; q++) {
-          if (2 * q < nr) y[2 * q] = hs8(_mm512_castps512_ps256(acc[q][t]));
-          if (2 * q + 1 < nr) y[2 * q + 1] = hs8(_mm512_extractf32x8_ps(acc[q][t], 1));
+          if (2 * q < nr) y[2 * q] = hsum8(_mm512_castps512_ps256(acc[q][t]));
+          if (2 * q + 1 < nr) y[2 * q + 1] = hsum8(_mm512_extractf32x8_ps(acc[q][t], 1));
         }
       }
       continue;
@@ -990,11 +924,11 @@ static void tile_l8(bool r16, bool q4, const void *W, size_t wstride, const void
       } else {
         for (int r = 0; r < 8; r++) {
           const uint8_t *blk = pn.p[r] + (size_t)b * bsz;
-          __m256i c = q4 ? nib32(blk + 2) : _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), off);
+          __m256i c = q4 ? nibbles(blk + 2) : _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), off);
           _mm256_store_si256((__m256i *)(pb + 32 * r), c);
           uint16_t h;
           memcpy(&h, blk, 2);
-          dw[r] = h2f(h);
+          dw[r] = f16(h);
         }
       }
       memcpy(pb + 256, dw, sizeof dw);
@@ -1011,7 +945,7 @@ static void tile_l8(bool r16, bool q4, const void *W, size_t wstride, const void
       for (int64_t b = 0; b < nb; b++) {
         const char *pb = panel + (size_t)b * L8_PB;
         const __m256 dw = _mm256_load_ps((const float *)(pb + 256));
-        QX_UNROLL for (int t = 0; t < 4; t++) {
+        QI_UNROLL for (int t = 0; t < 4; t++) {
           const __m512i xv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[t][b].qs));
           __m512i corr;
           __m512 d8;
@@ -1021,9 +955,9 @@ static void tile_l8(bool r16, bool q4, const void *W, size_t wstride, const void
             d8 = _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_set1_ps(((const float *)a)[8])));
           } else {
             corr = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), off2, xv));
-            d8 = _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_set1_ps(h2f(x[t][b].d))));
+            d8 = _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_set1_ps(f16(x[t][b].d))));
           }
-          QX_UNROLL for (int q = 0; q < 4; q++) {
+          QI_UNROLL for (int q = 0; q < 4; q++) {
             __m512i is = _mm512_dpbusd_epi32(corr, _mm512_load_si512(pb + 64 * q), xv);
             __m512 d = _mm512_permutexvar_ps(pair_idx(2 * q, 2 * q + 1), d8);
             acc[q][t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(is), acc[q][t]);
@@ -1033,8 +967,8 @@ static void tile_l8(bool r16, bool q4, const void *W, size_t wstride, const void
       for (int t = 0; t < tn; t++) {
         float *y = Y + (j0 + j + t) * ldy + r0;
         for (int q = 0; q < 4; q++) {
-          if (2 * q < nr) y[2 * q] = hs8(_mm512_castps512_ps256(acc[q][t]));
-          if (2 * q + 1 < nr) y[2 * q + 1] = hs8(_mm512_extractf32x8_ps(acc[q][t], 1));
+          if (2 * q < nr) y[2 * q] = hsum8(_mm512_castps512_ps256(acc[q][t]));
+          if (2 * q + 1 < nr) y[2 * q + 1] = hsum8(_mm512_extractf32x8_ps(acc[q][t], 1));
         }
       }
     }
@@ -1085,24 +1019,24 @@ static inline __attribute__((always_inline)) void q6k_r16_tokens(const int T, co
     __m512i sp[4];
     for (int u = 0; u < 4; u++) sp[u] = _mm512_loadu_si512(gb + 32 + 64 * u);
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb));
-    QX_UNROLL for (int h = 0; h < 2; h++) {  // lanes 4h..4h+3: scales 2c + h of each 16
+    QI_UNROLL for (int h = 0; h < 2; h++) {  // lanes 4h..4h+3: scales 2c + h of each 16
       __m512i li[2][4];
-      QX_UNROLL for (int t = 0; t < T; t++) QX_UNROLL for (int q = 0; q < 4; q++) li[t][q] = _mm512_setzero_si512();
-      QX_UNROLL for (int j = 0; j < 2; j++) {
+      QI_UNROLL for (int t = 0; t < T; t++) QI_UNROLL for (int q = 0; q < 4; q++) li[t][q] = _mm512_setzero_si512();
+      QI_UNROLL for (int j = 0; j < 2; j++) {
         __m512i sc[4];
-        QX_UNROLL for (int c = 0; c < 4; c++) {
+        QI_UNROLL for (int c = 0; c < 4; c++) {
           const int sidx = 8 * j + 2 * c + h;
           sc[c] = q6k_sc16(sp[sidx / 4], sidx % 4);
         }
-        QX_UNROLL for (int li4 = 0; li4 < 4; li4++) {
+        QI_UNROLL for (int li4 = 0; li4 < 4; li4++) {
           const int l = 4 * h + li4;
           const uint8_t *cg = gb + 288 + 192 * (8 * h + 4 * j + li4);
           const __m512i A = _mm512_loadu_si512(cg), B = _mm512_loadu_si512(cg + 64), C = _mm512_loadu_si512(cg + 128);
           const __m512i R[4] = {_mm512_and_si512(A, m6), _mm512_and_si512(B, m6), _mm512_and_si512(C, m6),
                                 q6k_r16_code3(A, B, C)};
-          QX_UNROLL for (int t = 0; t < T; t++) {
+          QI_UNROLL for (int t = 0; t < T; t++) {
             const int32_t *xq = (const int32_t *)xb[t][b].qs;
-            QX_UNROLL for (int c = 0; c < 4; c++) {
+            QI_UNROLL for (int c = 0; c < 4; c++) {
               int32_t xd;
               memcpy(&xd, xq + 32 * j + 8 * c + l, 4);
               const __m512i is = _mm512_dpbusd_epi32(_mm512_setzero_si512(), R[c], _mm512_set1_epi32(xd));
@@ -1111,10 +1045,10 @@ static inline __attribute__((always_inline)) void q6k_r16_tokens(const int T, co
           }
         }
       }
-      QX_UNROLL for (int t = 0; t < T; t++) {
+      QI_UNROLL for (int t = 0; t < T; t++) {
         const blk_q8_K *x = xb[t] + b;
         const __m512 d = _mm512_mul_ps(_mm512_set1_ps(x->d), dw);
-        QX_UNROLL for (int li4 = 0; li4 < 4; li4++) {
+        QI_UNROLL for (int li4 = 0; li4 < 4; li4++) {
           const int l = 4 * h + li4;
           const int32_t bp =
               (int32_t)((uint32_t)(uint16_t)x->bsums[2 * l] | (uint32_t)(uint16_t)x->bsums[2 * l + 1] << 16);
@@ -1185,12 +1119,12 @@ static inline __attribute__((always_inline)) void q5k_r16_tokens(const int T, co
     if (pf) prefetch_gb(gb, gbs);
     const q4k_scales S = k4_scales_r16(gb);
     __m512i sc[8];
-    QX_UNROLL for (int s = 0; s < 8; s++) sc[s] = byte_of(s < 4 ? S.s_lo : S.s_hi, s % 4);
+    QI_UNROLL for (int s = 0; s < 8; s++) sc[s] = byte_of(s < 4 ? S.s_lo : S.s_hi, s % 4);
     __m512 d[2];
-    QX_UNROLL for (int t = 0; t < T; t++) {
+    QI_UNROLL for (int t = 0; t < T; t++) {
       const blk_q8_K *x = xb[t] + b;
       __m512i mins = _mm512_setzero_si512();
-      QX_UNROLL for (int s = 0; s < 8; s++) {
+      QI_UNROLL for (int s = 0; s < 8; s++) {
         const int16_t bs = (int16_t)(x->bsums[2 * s] + x->bsums[2 * s + 1]);
         mins = _mm512_add_epi32(mins, _mm512_madd_epi16(byte_of(s < 4 ? S.m_lo : S.m_hi, s % 4), _mm512_set1_epi16(bs)));
       }
@@ -1198,18 +1132,18 @@ static inline __attribute__((always_inline)) void q5k_r16_tokens(const int T, co
       const __m512 dmin = _mm512_mul_ps(_mm512_set1_ps(-x->d), S.dmw);
       summs[t] = _mm512_fmadd_ps(dmin, _mm512_cvtepi32_ps(mins), summs[t]);
     }
-    QX_UNROLL for (int l = 0; l < 8; l++) {
+    QI_UNROLL for (int l = 0; l < 8; l++) {
       const uint8_t *gl = gb + 256 + 320 * l;  // qh, then the 4 qs registers of lane l
       const __m512i H = _mm512_loadu_si512(gl);
       __m512i lane[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-      QX_UNROLL for (int j = 0; j < 4; j++) {
+      QI_UNROLL for (int j = 0; j < 4; j++) {
         const __m512i Q = _mm512_loadu_si512(gl + 64 + 64 * j);
-        QX_UNROLL for (int h = 0; h < 2; h++) {
+        QI_UNROLL for (int h = 0; h < 2; h++) {
           const int s = 2 * j + h;
           const __m512i lo = _mm512_and_si512(h ? _mm512_srli_epi32(Q, 4) : Q, m4);
           const __m512i hi = _mm512_and_si512(s <= 4 ? _mm512_slli_epi32(H, 4 - s) : _mm512_srli_epi32(H, s - 4), b4);
           const __m512i code = _mm512_or_si512(lo, hi);
-          QX_UNROLL for (int t = 0; t < T; t++) {
+          QI_UNROLL for (int t = 0; t < T; t++) {
             int32_t xd;
             memcpy(&xd, (const int32_t *)xb[t][b].qs + 8 * s + l, 4);
             const __m512i is = _mm512_dpbusd_epi32(_mm512_setzero_si512(), code, _mm512_set1_epi32(xd));
@@ -1217,7 +1151,7 @@ static inline __attribute__((always_inline)) void q5k_r16_tokens(const int T, co
           }
         }
       }
-      QX_UNROLL for (int t = 0; t < T; t++) acc[t][l] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(lane[t]), acc[t][l]);
+      QI_UNROLL for (int t = 0; t < T; t++) acc[t][l] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(lane[t]), acc[t][l]);
     }
   }
   for (int t = 0; t < T; t++) {  // hsum_float_8 per row, lane-wise, then the mins
@@ -1250,7 +1184,7 @@ static void tile_tiny(qx_order o, const void *W, size_t wstride, const void *X, 
           __m512i a[4], bx[4];
           for (int r = 0; r < 4; r++) a[r] = _mm512_loadu_si512((const uint16_t *)wr[r] + c);
           for (int t = 0; t < 4; t++) bx[t] = _mm512_loadu_si512((const uint16_t *)xr[t] + c);
-          QX_UNROLL for (int r = 0; r < 4; r++) QX_UNROLL for (int t = 0; t < 4; t++)
+          QI_UNROLL for (int r = 0; r < 4; r++) QI_UNROLL for (int t = 0; t < 4; t++)
             acc[r][t] = _mm512_dpbf16_ps(acc[r][t], (__m512bh)a[r], (__m512bh)bx[t]);
         } else {
           const bool h = o == QX_F16_T16;
@@ -1259,7 +1193,7 @@ static void tile_tiny(qx_order o, const void *W, size_t wstride, const void *X, 
             a[r] = h ? ld_h((const uint16_t *)wr[r] + c) : _mm512_loadu_ps((const float *)wr[r] + c);
           for (int t = 0; t < 4; t++)
             bx[t] = h ? ld_h((const uint16_t *)xr[t] + c) : _mm512_loadu_ps((const float *)xr[t] + c);
-          QX_UNROLL for (int r = 0; r < 4; r++) QX_UNROLL for (int t = 0; t < 4; t++)
+          QI_UNROLL for (int r = 0; r < 4; r++) QI_UNROLL for (int t = 0; t < 4; t++)
             acc[r][t] = _mm512_fmadd_ps(a[r], bx[t], acc[r][t]);
         }
       }

@@ -5,11 +5,9 @@
 // fuses, the same horizontal-sum trees (done on stored lanes, in scalar).
 // The bf16 orders (x86's vdpbf16ps, with its denormal flushing) run the
 // reference.
-#include <arm_neon.h>
 #include <string.h>
 
-#include "quant/quant_exact.h"
-#include "quant/quant_internal.h"
+#include "quant/quant_neon.h"
 
 // ---- horizontal sums: the reference's trees ----------------------------------------
 
@@ -254,7 +252,7 @@ static float dot_v(bool f16, int64_t k, const void *w, const void *x) {
 
 // ---- entry points ------------------------------------------------------------------------------
 
-void quant_exact_dot_neon(qx_order o, int64_t k, float *s, const void *w, const void *x) {
+static void quant_exact_dot_neon(qx_order o, int64_t k, float *s, const void *w, const void *x) {
   switch (o) {
     case QX_Q8_0: *s = dot_l8(false, k, w, x); return;
     case QX_Q4_0_L8: *s = dot_l8(true, k, w, x); return;
@@ -271,6 +269,9 @@ void quant_exact_dot_neon(qx_order o, int64_t k, float *s, const void *w, const 
     default: quant_exact_dot_ref(o, k, s, w, x); return;
   }
 }
+
+// the one-token vec_dots (quant_neon.h)
+QX_VEC_DOTS(neon, quant_exact_dot_neon)
 
 void quant_exact_tile_neon(qx_order o, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
                            int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k) {

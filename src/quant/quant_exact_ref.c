@@ -1,6 +1,6 @@
-// quant_exact_ref: llama.cpp's summation orders as plain scalar C (the
-// reference twins of quant_exact_avx512.c), the choice of order per op, and
-// the quant_exact_gemm entry point. See quant_exact.h for the orders.
+// quant_exact_ref: llama.cpp's summation orders as plain scalar C, the
+// reference of every level's twins (see quant_exact.h for the orders; which
+// order an output takes is the dispatcher's, quant.c).
 //
 // Every float operation below is written out one at a time: products that
 // llama.cpp fuses are fmaf(), others are separate statements, so that no
@@ -8,34 +8,11 @@
 #include <math.h>
 #include <string.h>
 
-#include "quant/quant_exact.h"
-#include "quant/quant_internal.h"
+#include "quant/quant_ref.h"
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF
 #endif
-
-// ---- order of an output ------------------------------------------------------------
-
-qx_order quant_exact_order(quant_type wt, const qx_op *op, int64_t n_tok, int64_t j, int64_t k) {
-  const int64_t rows = op->n_rows;
-  const bool dense_batch = !op->expert && n_tok >= 2;
-  const bool tiny4 = rows % 4 == 0;  // tinyBLAS float kernels need m % 4 == 0
-  const bool repack = rows % 8 == 0;  // q4_0_8x8 / q4_K_8x8 need ne1 % 8 == 0
-  switch (wt) {
-    case QT_Q8_0: return QX_Q8_0;
-    case QT_Q4_0: return repack ? QX_Q4_0_C1 : QX_Q4_0_L8;
-    case QT_Q4_K:
-      if (!repack) return QX_Q4_K_K8;
-      return !op->expert && j < n_tok - n_tok % 4 ? QX_Q4_K_V64 : QX_Q4_K_V256;
-    case QT_Q5_K: return QX_Q5_K_K8;
-    case QT_Q6_K: return QX_Q6_K_K8;
-    case QT_F32: return dense_batch && tiny4 && k % 16 == 0 ? QX_F32_T16 : QX_F32_VEC;
-    case QT_F16: return dense_batch && tiny4 && k % 16 == 0 ? QX_F16_T16 : QX_F16_VEC;
-    case QT_BF16: return dense_batch && tiny4 && k % 32 == 0 ? QX_BF16_T32 : QX_BF16_VEC;
-    default: return QX_NONE;
-  }
-}
 
 // ---- horizontal sums as the x86 code computes them ------------------------------------
 
@@ -337,117 +314,5 @@ void quant_exact_tile_ref(qx_order o, const void *W, size_t wstride, const void 
                           (const char *)X + (size_t)j * xstride);
 }
 
-// ---- entry points ----------------------------------------------------------------------------
-
-
-// The order of token j of a matmul over n_tok tokens: as in a mul_mat of its
-// own segment's tokens (op->seg_ends) when the tokens are several sequences'.
-static qx_order token_order(quant_type wt, const qx_op *op, int64_t n_tok, int64_t j, int64_t k) {
-  if (op->n_seg == 0) return quant_exact_order(wt, op, n_tok, j, k);
-  int64_t lo = 0, hi = op->n_seg - 1;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi) / 2;
-    if (j < op->seg_ends[mid]) hi = mid;
-    else lo = mid + 1;
-  }
-  const int64_t start = lo ? op->seg_ends[lo - 1] : 0;
-  return quant_exact_order(wt, op, op->seg_ends[lo] - start, j - start, k);
-}
-
-bool quant_exact_gemm(quant_type wt, const qx_op *op, quant_layout lay, const void *W, size_t wstride, const void *X,
-                      size_t xstride, float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k) {
-  if (quant_exact_order(wt, op, n_tok, 0, k) == QX_NONE) return false;
-  const int level = quant_level();
-  const qx_tile_fn tile = quant_exact_tile_of(level);
-  // QL_R16: the groups in [i0, g_end), the tail rows after it in row layout
-  const int64_t g_end = lay == QL_R16 ? MOLE_MIN(i1, op->n_rows / 16 * 16) : i0;
-  // tokens in runs of one order (q4_K: the gemm tokens, then the gemv ones)
-  for (int64_t j0 = 0; j0 < n_tok;) {
-    qx_order o = token_order(wt, op, n_tok, j0, k);
-    int64_t j1 = j0 + 1;
-    while (j1 < n_tok && token_order(wt, op, n_tok, j1, k) == o) j1++;
-    if (g_end > i0) {
-#if !defined(__aarch64__)
-      if (level == QUANT_ISA_AVX512)
-        quant_exact_tile_r16_avx512(o, wt, W, op->n_rows, X, xstride, Y, ldy, i0, g_end, j0, j1, k);
-      else if (level == QUANT_ISA_AVX2)
-        quant_exact_tile_r16_avx2(o, wt, W, op->n_rows, X, xstride, Y, ldy, i0, g_end, j0, j1, k);
-      else
-#endif
-        quant_exact_tile_r16_ref(o, wt, W, op->n_rows, X, xstride, Y, ldy, i0, g_end, j0, j1, k);
-    }
-    const int64_t r0 = MOLE_MAX(i0, g_end);
-    if (r0 < i1) {
-      tile(o, W, wstride, X, xstride, Y, ldy, r0, i1, j0, j1, k);
-    }
-    j0 = j1;
-  }
-  return true;
-}
-
-// Per-type vec_dot in the one-token order, one set per twin set
-#define VD(name, ord, fn)                                                                        \
-  static void name(int64_t n, float *restrict s, const void *restrict x, const void *restrict y) { \
-    fn(ord, n, s, x, y);                                                                         \
-  }
-#define VD_SET(sfx, fn)                         \
-  VD(vd_q8_0_##sfx, QX_Q8_0, fn)                \
-  VD(vd_q4_0_##sfx, QX_Q4_0_C1, fn)             \
-  VD(vd_q4_K_##sfx, QX_Q4_K_V256, fn)           \
-  VD(vd_q5_K_##sfx, QX_Q5_K_K8, fn)             \
-  VD(vd_q6_K_##sfx, QX_Q6_K_K8, fn)             \
-  VD(vd_f32_##sfx, QX_F32_VEC, fn)              \
-  VD(vd_f16_##sfx, QX_F16_VEC, fn)              \
-  VD(vd_bf16_##sfx, QX_BF16_VEC, fn)            \
-  static quant_vec_dot_fn vd_##sfx(quant_type wt) { \
-    switch (wt) {                               \
-      case QT_Q8_0: return vd_q8_0_##sfx;       \
-      case QT_Q4_0: return vd_q4_0_##sfx;       \
-      case QT_Q4_K: return vd_q4_K_##sfx;       \
-      case QT_Q5_K: return vd_q5_K_##sfx;       \
-      case QT_Q6_K: return vd_q6_K_##sfx;       \
-      case QT_F32: return vd_f32_##sfx;         \
-      case QT_F16: return vd_f16_##sfx;         \
-      case QT_BF16: return vd_bf16_##sfx;       \
-      default: return NULL;                     \
-    }                                           \
-  }
-VD_SET(ref, quant_exact_dot_ref)
-#if defined(__aarch64__)
-VD_SET(neon, quant_exact_dot_neon)
-#else
-VD_SET(avx2, quant_exact_dot_avx2)
-VD_SET(avx512, quant_exact_dot_avx512)
-#endif
-#undef VD_SET
-#undef VD
-
-quant_vec_dot_fn quant_exact_vec_dot(quant_type wt, int level) {
-#if defined(__aarch64__)
-  if (level >= QUANT_ISA_NEON) return vd_neon(wt);
-#else
-  if (level >= QUANT_ISA_AVX512) return vd_avx512(wt);
-  if (level == QUANT_ISA_AVX2) return vd_avx2(wt);
-#endif
-  return vd_ref(wt);
-}
-
-qx_dot_fn quant_exact_dot_of(int level) {
-#if defined(__aarch64__)
-  if (level >= QUANT_ISA_NEON) return quant_exact_dot_neon;
-#else
-  if (level >= QUANT_ISA_AVX512) return quant_exact_dot_avx512;
-  if (level == QUANT_ISA_AVX2) return quant_exact_dot_avx2;
-#endif
-  return quant_exact_dot_ref;
-}
-
-qx_tile_fn quant_exact_tile_of(int level) {
-#if defined(__aarch64__)
-  if (level >= QUANT_ISA_NEON) return quant_exact_tile_neon;
-#else
-  if (level >= QUANT_ISA_AVX512) return quant_exact_tile_avx512;
-  if (level == QUANT_ISA_AVX2) return quant_exact_tile_avx2;
-#endif
-  return quant_exact_tile_ref;
-}
+// The one-token vec_dots of the types with orders (quant_ref.h)
+QX_VEC_DOTS(ref, quant_exact_dot_ref)

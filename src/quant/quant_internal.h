@@ -1,5 +1,6 @@
 // quant internals: block layouts (byte-compatible with ggml/GGUF), small
-// scalar helpers, and the kernel entry points of each ISA file.
+// scalar helpers and the kernel scratch, shared by every ISA level's files
+// (nothing here dispatches).
 //
 // Value of element j of a block, per type (d, m, dmin as f16 unless noted):
 //   q4_0: d * (q - 8), q = qs[j%16] >> 4*(j/16) & 15
@@ -161,51 +162,14 @@ static inline void qi_q4k_repack_block(int step, const uint8_t sc[8], const uint
   }
 }
 
-// ---- kernels per ISA --------------------------------------------------------
-// Every entry below has the signature of quant_to_float_fn / quant_from_float_fn
-// / quant_vec_dot_fn. The ref set is complete; SIMD sets fill what they speed up.
-
-#define QI_REF_TYPES(X) \
-  X(f32) X(f16) X(bf16) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(q8_1) X(q2_K) X(q3_K) X(q4_K) X(q5_K) X(q6_K) X(q8_K)
-
-#define QI_DECL_CONV(t)                                                          \
-  void quant_to_float_##t##_ref(const void *restrict x, float *restrict y, int64_t n); \
-  void quant_from_float_##t##_ref(const float *restrict x, void *restrict y, int64_t n);
-QI_REF_TYPES(QI_DECL_CONV)
-#undef QI_DECL_CONV
-
-#define QI_VEC_DOT_TYPES(X) \
-  X(f32) X(f16) X(bf16) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(q2_K) X(q3_K) X(q4_K) X(q5_K) X(q6_K)
-
-#define QI_DECL_DOT(t) \
-  void quant_vec_dot_##t##_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
-QI_VEC_DOT_TYPES(QI_DECL_DOT)
-#undef QI_DECL_DOT
-
-// The SIMD files fill a kernel set: NULL entries keep the reference kernel.
-typedef struct {
-  quant_to_float_fn to_float[QT_COUNT];
-  quant_from_float_fn from_float[QT_COUNT];
-  quant_vec_dot_fn vec_dot[QT_COUNT];
-  // Tiled matmul (see quant_gemm); returns false when it does not handle the
-  // type or shape, and the caller falls back to vec_dot loops.
-  bool (*gemm)(quant_type wt, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
-               int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k);
-} quant_kernels;
-
-// The ISA level whose kernels are in use (0 scalar, 1 avx2, 2 avx512).
-int quant_level(void);
-
-void quant_kernels_avx2(quant_kernels *ks);
-void quant_kernels_avx512(quant_kernels *ks);
-void quant_kernels_neon(quant_kernels *ks);
-bool quant_gemm_avx512(quant_type wt, const void *W, size_t wstride, const void *X, size_t xstride, float *Y,
-                       int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k);
-
-// Per-thread scratch for packing (grow-only, 64-byte aligned, freed at thread
-// exit). Valid until the next call on the same thread and slot: kernels use
-// slot 0, the layout conversions around them slot 1.
-void *quant_scratch_slot(int slot, size_t n);
-static inline void *quant_scratch(size_t n) { return quant_scratch_slot(0, n); }
+// ---- kernel scratch ------------------------------------------------------------
+// This thread's kernel scratch (mole_scratch, base/pool.h), reserved ahead
+// at quant_scratch_bytes: a request beyond it is a broken invariant.
+// quant_scratch(n): n bytes, 64-byte aligned, valid until the next call on
+// this thread. A layout conversion around a kernel (an R16 group back in
+// rows) holds n bytes with quant_scratch_hold(n), below what quant_scratch
+// hands out, until quant_scratch_hold(0).
+void *quant_scratch(size_t n);
+void *quant_scratch_hold(size_t n);
 
 #endif

@@ -1,12 +1,11 @@
-// NEON (ARM64) kernels of the traits table: row conversions, the same bits
-// as the scalar references (tests/test_quant.c). The dot products run
-// llama.cpp's orders through quant_exact_neon.c (quant.c picks them).
-#include <arm_neon.h>
+// NEON (ARM64) row conversions and activation quantizers, the same bits as
+// the scalar references (tests/test_quant.c). The dot products run
+// llama.cpp's orders through quant_exact_neon.c.
 #include <string.h>
 
-#include "quant/quant_internal.h"
+#include "quant/quant_neon.h"
 
-static void to_float_f16(const void *restrict x, float *restrict y, int64_t n) {
+void quant_to_float_f16_neon(const void *restrict x, float *restrict y, int64_t n) {
   const uint16_t *h = x;
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -17,7 +16,7 @@ static void to_float_f16(const void *restrict x, float *restrict y, int64_t n) {
   for (; i < n; i++) y[i] = quant_f16_to_f32(h[i]);
 }
 
-static void to_float_q8_0(const void *restrict vx, float *restrict y, int64_t n) {
+void quant_to_float_q8_0_neon(const void *restrict vx, float *restrict y, int64_t n) {
   const blk_q8_0 *x = vx;
   for (int64_t b = 0; b < n / 32; b++, y += 32) {
     const float32x4_t d = vdupq_n_f32(qi_f16(x[b].d));
@@ -29,7 +28,7 @@ static void to_float_q8_0(const void *restrict vx, float *restrict y, int64_t n)
   }
 }
 
-static void to_float_q4_0(const void *restrict vx, float *restrict y, int64_t n) {
+void quant_to_float_q4_0_neon(const void *restrict vx, float *restrict y, int64_t n) {
   const blk_q4_0 *x = vx;
   for (int64_t b = 0; b < n / 32; b++, y += 32) {
     const float32x4_t d = vdupq_n_f32(qi_f16(x[b].d));
@@ -53,7 +52,7 @@ static void to_float_q4_0(const void *restrict vx, float *restrict y, int64_t n)
 static inline int8x8_t narrow8(int32x4_t a, int32x4_t b) { return vqmovn_s16(vcombine_s16(vqmovn_s32(a), vqmovn_s32(b))); }
 
 // q8_0: d = amax/127, q = nearest(x * (127/amax))
-static void from_float_q8_0(const float *restrict x, void *restrict vy, int64_t n) {
+void quant_from_float_q8_0_neon(const float *restrict x, void *restrict vy, int64_t n) {
   blk_q8_0 *y = vy;
   for (int64_t b = 0; b < n / 32; b++, x += 32) {
     float32x4_t v[8], m = vdupq_n_f32(0);
@@ -74,7 +73,7 @@ static void from_float_q8_0(const float *restrict x, void *restrict vy, int64_t 
 
 // q8_K: the signed value of largest magnitude (the first of equal ones)
 // sets iscale = -127/mx; q = min(127, nearest(iscale * x)); sums per 16
-static void from_float_q8_K(const float *restrict x, void *restrict vy, int64_t n) {
+void quant_from_float_q8_K_neon(const float *restrict x, void *restrict vy, int64_t n) {
   blk_q8_K *y = vy;
   for (int64_t b = 0; b < n / QK_K; b++, x += QK_K) {
     float32x4_t m = vdupq_n_f32(0);
@@ -102,12 +101,4 @@ static void from_float_q8_K(const float *restrict x, void *restrict vy, int64_t 
     }
     y[b].d = 1 / iscale;
   }
-}
-
-void quant_kernels_neon(quant_kernels *ks) {
-  ks->to_float[QT_F16] = to_float_f16;
-  ks->to_float[QT_Q8_0] = to_float_q8_0;
-  ks->to_float[QT_Q4_0] = to_float_q4_0;
-  ks->from_float[QT_Q8_0] = from_float_q8_0;
-  ks->from_float[QT_Q8_K] = from_float_q8_K;
 }

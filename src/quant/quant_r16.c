@@ -24,16 +24,11 @@
 // have there (a group takes exactly the bytes of its 16 rows).
 #include <string.h>
 
-#include "quant/quant_exact.h"
-#include "quant/quant_internal.h"
+#include "quant/quant_table.h"
 
 bool quant_r16_supported(quant_type t, int64_t n_rows) {
-  switch (t) {
-    case QT_Q8_0: case QT_Q5_K: case QT_Q6_K: return n_rows >= 16;
-    // the repack orders of llama.cpp (one lane per row) exist only for ne1 % 8 == 0
-    case QT_Q4_0: case QT_Q4_K: return n_rows >= 16 && n_rows % 8 == 0;
-    default: return false;
-  }
+  const quant_r16_need r = (unsigned)t < QT_COUNT ? quant_table_ref[t].r16 : QR16_NONE;
+  return r != QR16_NONE && n_rows >= 16 && (r != QR16_ROWS8 || n_rows % 8 == 0);
 }
 
 // Offset within a group block of byte o of row L's block, and whether the
@@ -202,9 +197,10 @@ void quant_r16_rows(quant_type t, const void *W, int64_t k, int64_t n_rows, int6
 void quant_exact_tile_r16_ref(qx_order o, quant_type t, const void *W, int64_t n_rows, const void *X, size_t xstride,
                               float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k) {
   const size_t rb = quant_row_size(t, k);
-  uint8_t *row = quant_scratch_slot(1, rb);
+  uint8_t *row = quant_scratch_hold(rb);
   for (int64_t i = i0; i < i1; i++) {
     quant_r16_row(t, W, k, n_rows, i, row);
     for (int64_t j = j0; j < j1; j++) quant_exact_dot_ref(o, k, &Y[j * ldy + i], row, (const char *)X + (size_t)j * xstride);
   }
+  quant_scratch_hold(0);
 }

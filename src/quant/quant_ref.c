@@ -1,5 +1,7 @@
-// quant_ref: scalar reference kernels of every type (to_float, from_float,
-// vec_dot). These define the numerics; the SIMD kernels are tested against them.
+// quant_ref: scalar reference kernels of every type (to_float, from_float;
+// vec_dot of the types without llama.cpp orders, quant_exact_ref.c has the
+// others) and the f16/bf16 conversions. These define the numerics; the SIMD
+// kernels are tested against them.
 //
 // Activation quantizers follow what llama.cpp runs on x86: q8_0/q8_1 scale by
 // 127/amax and round half to even (its AVX path), q8_K is its reference
@@ -8,7 +10,66 @@
 // K-quants use a simpler (not search-based) but valid scale choice.
 #include <math.h>
 
-#include "quant/quant_internal.h"
+#include "quant/quant_ref.h"
+
+// ---- f16 / bf16 -------------------------------------------------------------
+// Bit-exact with F16C (vcvtps2ph round-to-nearest-even, vcvtph2ps): IEEE
+// half precision with subnormals, inf, and NaN quieted.
+
+float quant_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+  uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff, u;
+  if (e == 0) {
+    float f = (float)m * 0x1p-24f;  // zero or subnormal: exact
+    memcpy(&u, &f, 4);
+    u |= sign;
+  } else if (e == 31) {
+    u = sign | 0x7f800000 | (m << 13) | (m ? 0x400000 : 0);
+  } else {
+    u = sign | ((e + 112) << 23) | (m << 13);
+  }
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t quant_f32_to_f16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+  uint32_t ax = x & 0x7fffffff;
+  uint32_t e = ax >> 23;
+  if (e == 255) return (uint16_t)(sign | 0x7c00 | (ax & 0x7fffff ? 0x200 | ((ax >> 13) & 0x3ff) : 0));
+  if (e >= 143) return (uint16_t)(sign | 0x7c00);  // >= 2^16: overflow
+  if (e >= 113) {                                  // normal half
+    uint32_t h = ((e - 112) << 10) | ((ax >> 13) & 0x3ff);
+    uint32_t rem = ax & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;  // carries into exponent / inf
+    return (uint16_t)(sign | h);
+  }
+  if (e < 102) return sign;  // < 2^-25: rounds to zero (ties to even)
+  uint32_t mant = (ax & 0x7fffff) | 0x800000;
+  uint32_t shift = 126 - e;  // 14..24
+  uint32_t h = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+  if (rem > half || (rem == half && (h & 1))) h++;
+  return (uint16_t)(sign | h);
+}
+
+float quant_bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t quant_f32_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 64);  // NaN: keep quiet
+  return (uint16_t)((u + (0x7fff + ((u >> 16) & 1))) >> 16);
+}
+
+// ---- helpers -------------------------------------------------------------------
 
 static inline int nearest(float f) { return (int)lrintf(f); }
 static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
@@ -38,29 +99,6 @@ void quant_to_float_bf16_ref(const void *restrict x, float *restrict y, int64_t 
 void quant_from_float_bf16_ref(const float *restrict x, void *restrict y, int64_t n) {
   uint16_t *h = y;
   for (int64_t i = 0; i < n; i++) h[i] = quant_f32_to_bf16(x[i]);
-}
-
-// Float dot products accumulate in double: the SIMD twins (float lanes) agree
-// to ~1e-6 relative of sum |x*y|.
-void quant_vec_dot_f32_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-  const float *x = vx, *y = vy;
-  double acc = 0;
-  for (int64_t i = 0; i < n; i++) acc += (double)x[i] * y[i];
-  *s = (float)acc;
-}
-
-void quant_vec_dot_f16_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-  const uint16_t *x = vx, *y = vy;
-  double acc = 0;
-  for (int64_t i = 0; i < n; i++) acc += (double)(quant_f16_to_f32(x[i]) * quant_f16_to_f32(y[i]));
-  *s = (float)acc;
-}
-
-void quant_vec_dot_bf16_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-  const uint16_t *x = vx, *y = vy;
-  double acc = 0;
-  for (int64_t i = 0; i < n; i++) acc += (double)(quant_bf16_to_f32(x[i]) * quant_bf16_to_f32(y[i]));
-  *s = (float)acc;
 }
 
 // ---- 32-element block types ------------------------------------------------------
@@ -248,19 +286,6 @@ void quant_from_float_q8_1_ref(const float *restrict x, void *restrict vy, int64
   }
 }
 
-void quant_vec_dot_q4_0_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-  const blk_q4_0 *x = vx;
-  const blk_q8_0 *y = vy;
-  float sum = 0;
-  for (int64_t b = 0; b < n / 32; b++) {
-    int si = 0;
-    for (int j = 0; j < 16; j++)
-      si += ((x[b].qs[j] & 15) - 8) * y[b].qs[j] + ((x[b].qs[j] >> 4) - 8) * y[b].qs[j + 16];
-    sum += (qi_f16(x[b].d) * qi_f16(y[b].d)) * (float)si;
-  }
-  *s = sum;
-}
-
 void quant_vec_dot_q4_1_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
   const blk_q4_1 *x = vx;
   const blk_q8_1 *y = vy;
@@ -297,18 +322,6 @@ void quant_vec_dot_q5_1_ref(int64_t n, float *restrict s, const void *restrict v
     int si = 0;
     for (int j = 0; j < 32; j++) si += q5_at(x[b].qs, qh, j) * y[b].qs[j];
     sum += (qi_f16(x[b].d) * qi_f16(y[b].d)) * (float)si + qi_f16(x[b].m) * qi_f16(y[b].s);
-  }
-  *s = sum;
-}
-
-void quant_vec_dot_q8_0_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-  const blk_q8_0 *x = vx;
-  const blk_q8_0 *y = vy;
-  float sum = 0;
-  for (int64_t b = 0; b < n / 32; b++) {
-    int si = 0;
-    for (int j = 0; j < 32; j++) si += x[b].qs[j] * y[b].qs[j];
-    sum += (qi_f16(x[b].d) * qi_f16(y[b].d)) * (float)si;
   }
   *s = sum;
 }
@@ -615,61 +628,6 @@ void quant_vec_dot_q3_K_ref(int64_t n, float *restrict s, const void *restrict v
       int gs = 0;
       for (int e = g * 16; e < g * 16 + 16; e++) gs += q[e] * y[b].qs[e];
       si += sc[g] * gs;
-    }
-    sum += (y[b].d * qi_f16(x[b].d)) * (float)si;
-  }
-  *s = sum;
-}
-
-// q4_K and q5_K share the dot once unpacked.
-static float dot_k4(const uint8_t q[256], const uint8_t sc[8], const uint8_t m[8], float d, float dmin,
-                    const blk_q8_K *y) {
-  int si = 0, sm = 0;
-  for (int g = 0; g < 8; g++) {
-    int gs = 0;
-    for (int e = g * 32; e < g * 32 + 32; e++) gs += q[e] * y->qs[e];
-    si += sc[g] * gs;
-    sm += m[g] * (y->bsums[2 * g] + y->bsums[2 * g + 1]);
-  }
-  return (y->d * d) * (float)si - (y->d * dmin) * (float)sm;
-}
-
-void quant_vec_dot_q4_K_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-  const blk_q4_K *x = vx;
-  const blk_q8_K *y = vy;
-  uint8_t q[256], sc[8], m[8];
-  float sum = 0;
-  for (int64_t b = 0; b < n / QK_K; b++) {
-    unpack_q4_K(&x[b], q, sc, m);
-    sum += dot_k4(q, sc, m, qi_f16(x[b].d), qi_f16(x[b].dmin), &y[b]);
-  }
-  *s = sum;
-}
-
-void quant_vec_dot_q5_K_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-  const blk_q5_K *x = vx;
-  const blk_q8_K *y = vy;
-  uint8_t q[256], sc[8], m[8];
-  float sum = 0;
-  for (int64_t b = 0; b < n / QK_K; b++) {
-    unpack_q5_K(&x[b], q, sc, m);
-    sum += dot_k4(q, sc, m, qi_f16(x[b].d), qi_f16(x[b].dmin), &y[b]);
-  }
-  *s = sum;
-}
-
-void quant_vec_dot_q6_K_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-  const blk_q6_K *x = vx;
-  const blk_q8_K *y = vy;
-  int8_t q[256];
-  float sum = 0;
-  for (int64_t b = 0; b < n / QK_K; b++) {
-    unpack_q6_K(&x[b], q);
-    int si = 0;
-    for (int g = 0; g < 16; g++) {
-      int gs = 0;
-      for (int e = g * 16; e < g * 16 + 16; e++) gs += q[e] * y[b].qs[e];
-      si += x[b].scales[g] * gs;
     }
     sum += (y[b].d * qi_f16(x[b].d)) * (float)si;
   }

@@ -1,7 +1,8 @@
 // quant_tq: the compressed expert matrices of quant_tq.h. The book (decode
 // table and encoder trie) from its compact dictionary, the TQ1 encoder and
 // checker, row dequantization, the activation quantizer shared by every
-// kernel, the scalar reference kernels and the ISA dispatch.
+// kernel and the scalar reference kernels (the levels' tables, quant_table.h,
+// hold them and their twins).
 //
 // Every kernel computes, per row i and token j, the exact integer
 //   acc = sum_w t_w * x16_w            (TQ1)
@@ -351,7 +352,7 @@ float tq_quantize_x(const float *x, int64_t k, int16_t *x16) {
   return m / 16383.0f;
 }
 
-// int16 activations of n_tok rows in per-thread scratch (slot 0): returns
+// int16 activations of n_tok rows in the kernel scratch: returns
 // x16 with a row stride *ld int16 (a multiple of 32), fills dx[n_tok] and
 // hands back `extra` more bytes (64-byte aligned) for the caller in *ext.
 int16_t *tq_prepare_x(const float *X, size_t xstride, int64_t n_tok, int64_t k, size_t extra, int64_t *ld, float **dx,
@@ -359,7 +360,7 @@ int16_t *tq_prepare_x(const float *X, size_t xstride, int64_t n_tok, int64_t k, 
   const int64_t l = (k + 64 + 31) / 32 * 32;
   const size_t xbytes = (size_t)(n_tok * l) * sizeof(int16_t),
                dbytes = ((size_t)n_tok * sizeof(float) + 63) & ~(size_t)63;
-  char *s = quant_scratch_slot(0, xbytes + dbytes + extra);
+  char *s = quant_scratch(xbytes + dbytes + extra);
   int16_t *x16 = (int16_t *)s;
   *dx = (float *)(s + xbytes);
   if (ext) *ext = s + xbytes + dbytes;
@@ -396,8 +397,9 @@ void quant_tq1_gemm_ref(const tq_book *b, const void *W, int64_t n_rows, const f
   }
 }
 
-void quant_tq2_gemm_ref(const void *W, int64_t n_rows, const float *X, size_t xstride, float *Y, int64_t ldy,
-                        int64_t i0, int64_t i1, int64_t n_tok, int64_t k) {
+void quant_tq2_gemm_ref(const tq_book *b, const void *W, int64_t n_rows, const float *X, size_t xstride, float *Y,
+                        int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k) {
+  (void)b;
   MOLE_ASSERT(i0 >= 0 && i0 <= i1 && i1 <= n_rows && k >= 0 && k <= TQ_K_MAX);
   if (i0 == i1 || n_tok <= 0) return;
   int64_t l;
@@ -417,33 +419,4 @@ void quant_tq2_gemm_ref(const void *W, int64_t n_rows, const float *X, size_t xs
       Y[j * ldy + i] = tq_out(quant_f16_to_f32(rd_u16(w + 2 * i)), dx[j], acc);
     }
   }
-}
-
-// ---- dispatch ------------------------------------------------------------------------------
-
-void quant_tq1_gemm(const tq_book *b, const void *W, int64_t n_rows, const float *X, size_t xstride, float *Y,
-                    int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k) {
-#if !defined(__aarch64__)
-  const int lv = quant_level();
-  if (lv >= QUANT_ISA_AVX512) {
-    quant_tq1_gemm_avx512(b, W, n_rows, X, xstride, Y, ldy, i0, i1, n_tok, k);
-    return;
-  }
-  if (lv == QUANT_ISA_AVX2) {
-    quant_tq1_gemm_avx2(b, W, n_rows, X, xstride, Y, ldy, i0, i1, n_tok, k);
-    return;
-  }
-#endif
-  quant_tq1_gemm_ref(b, W, n_rows, X, xstride, Y, ldy, i0, i1, n_tok, k);
-}
-
-void quant_tq2_gemm(const void *W, int64_t n_rows, const float *X, size_t xstride, float *Y, int64_t ldy, int64_t i0,
-                    int64_t i1, int64_t n_tok, int64_t k) {
-#if !defined(__aarch64__)
-  if (quant_level() >= QUANT_ISA_AVX512) {
-    quant_tq2_gemm_avx512(W, n_rows, X, xstride, Y, ldy, i0, i1, n_tok, k);
-    return;
-  }
-#endif
-  quant_tq2_gemm_ref(W, n_rows, X, xstride, Y, ldy, i0, i1, n_tok, k);
 }

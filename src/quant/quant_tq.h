@@ -93,21 +93,18 @@ void tq2_row_to_float(const void *blob, int64_t n_rows, int64_t k, int64_t r, fl
 
 // Y[j][i] = row i of W . X row j for rows [i0, i1) (i0 a multiple of 16 or
 // i1 == n_rows), tokens [0, n_tok); X: float rows (stride xstride bytes).
-// The decode of each code is shared by all tokens (batched prefill).
+// The decode of each code is shared by all tokens (batched prefill). With
+// the kernels of the level in use (quant.c); the _ref ones are the scalar
+// references of every level's (quant_table.h), TQ2's takes the (absent)
+// book as the others do.
 void quant_tq1_gemm(const tq_book *b, const void *W, int64_t n_rows, const float *X, size_t xstride, float *Y,
                     int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k);
-void quant_tq1_gemm_ref(const tq_book *b, const void *W, int64_t n_rows, const float *X, size_t xstride, float *Y,
-                        int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k);
-void quant_tq1_gemm_avx512(const tq_book *b, const void *W, int64_t n_rows, const float *X, size_t xstride,
-                           float *Y, int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k);
-void quant_tq1_gemm_avx2(const tq_book *b, const void *W, int64_t n_rows, const float *X, size_t xstride, float *Y,
-                         int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k);
 void quant_tq2_gemm(const void *W, int64_t n_rows, const float *X, size_t xstride, float *Y, int64_t ldy, int64_t i0,
                     int64_t i1, int64_t n_tok, int64_t k);
-void quant_tq2_gemm_ref(const void *W, int64_t n_rows, const float *X, size_t xstride, float *Y, int64_t ldy,
-                        int64_t i0, int64_t i1, int64_t n_tok, int64_t k);
-void quant_tq2_gemm_avx512(const void *W, int64_t n_rows, const float *X, size_t xstride, float *Y, int64_t ldy,
-                           int64_t i0, int64_t i1, int64_t n_tok, int64_t k);
+void quant_tq1_gemm_ref(const tq_book *b, const void *W, int64_t n_rows, const float *X, size_t xstride, float *Y,
+                        int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k);
+void quant_tq2_gemm_ref(const tq_book *b, const void *W, int64_t n_rows, const float *X, size_t xstride, float *Y,
+                        int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k);
 
 // The activation row as int16 with one scale (all kernels use this): x16
 // [k + 64] (64 zeros after the row, for over-reads); returns max|x| / 16383

@@ -8,11 +8,8 @@
 // products are vpmaddubsw (u unsigned, planes signed; |pair| <= 512) and
 // vpmaddwd into int32. Tokens share each code's u. A narrow book's codes
 // (at most 32 weights) take one 32-weight half, not two.
-#include <immintrin.h>
-
-#include "quant/quant_internal.h"
+#include "quant/quant_avx2.h"
 #include "quant/quant_tq_internal.h"
-
 
 enum { TQ1_TOK = 4 };  // tokens per pass over the matrix
 

@@ -28,11 +28,8 @@
 // takes aligned dot products with them, k in chunks whose planes stay in L1:
 // each code is decoded once for all the tokens (a narrow book's code stores
 // 32 bytes).
-#include <immintrin.h>
-
-#include "quant/quant_internal.h"
+#include "quant/quant_avx512.h"
 #include "quant/quant_tq_internal.h"
-
 
 // Sum of the 16 int32 lanes in int64.
 static inline int64_t reduce64(__m512i v) {
@@ -467,8 +464,9 @@ TQ2_ROWS(1)
 TQ2_ROWS(2)
 TQ2_ROWS(4)
 
-void quant_tq2_gemm_avx512(const void *W, int64_t n_rows, const float *X, size_t xstride, float *Y, int64_t ldy,
-                           int64_t i0, int64_t i1, int64_t n_tok, int64_t k) {
+void quant_tq2_gemm_avx512(const tq_book *b, const void *W, int64_t n_rows, const float *X, size_t xstride, float *Y,
+                           int64_t ldy, int64_t i0, int64_t i1, int64_t n_tok, int64_t k) {
+  (void)b;
   MOLE_ASSERT(i0 >= 0 && i0 <= i1 && i1 <= n_rows && k >= 0 && k <= TQ_K_MAX);
   if (i0 == i1 || n_tok <= 0) return;
   int64_t ldx;

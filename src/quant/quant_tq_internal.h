@@ -24,7 +24,7 @@ static inline uint16_t rd_u16(const uint8_t *p) {
 
 // The index of the first code of row r (walks the row's group from gidx).
 uint64_t tq1_row_start(const tq_book *b, const uint8_t *w, int64_t n_rows, int64_t k, int64_t r);
-// The activation rows as int16 (tq_quantize_x) in per-thread scratch with
+// The activation rows as int16 (tq_quantize_x) in the kernel scratch with
 // `extra` bytes after them: rows ld apart, their scales in *dx, the extra at *ext.
 int16_t *tq_prepare_x(const float *X, size_t xstride, int64_t n_tok, int64_t k, size_t extra, int64_t *ld, float **dx,
                       void **ext);

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "quant/quant.h"
+#include "quant/quant_types.h"
 
 typedef struct {
   const char *name;
