@@ -628,7 +628,8 @@ mole_status mole_synth(const mole_synth_params *p, const char *path, uint64_t *b
 typedef struct mole_pack_params {
   int high;              // type id of the high-precision copies; -1 = each matrix's own (exact copy)
   int low;               // type id of the low-precision copies; -1 = none
-  const char *low_file;  // or the low tier from a compressed model of the same source (mole compress)
+  const char *low_file;  // or the low tier from a file: a compressed model of the same source (mole compress),
+                         // or the same model in other tensor types (e.g. llama-quantize's), experts copied as they are
   int n_threads;         // 0 = all cores
 } mole_pack_params;
 mole_pack_params mole_pack_default_params(void);  // high -1, low -1, no low_file

@@ -62,6 +62,18 @@ check pack-no-out 2 "-o FILE is required" -- "$M" pack "$T/m.gguf"
 check pack-dense 1 "missing tensor 'blk.0.ffn_gate_exps.weight'" -- "$M" pack "${MOLE_SOURCE_DIR:?}/tests/data/conformance/models/llama-dense.gguf" -o "$T/q.gguf"
 check pack-requant 0 "" -- "$M" pack "$T/m.gguf" -o "$T/q.gguf" --high q6_k --low q4_k
 check packed-q6k-run 0 "experts: tiered" -- "$M" run -m "$T/q.gguf" --tokens 1,2,3 -n 8 --ids --expert-budget 2MiB -b 1 --t1 0.2 --t2 0.9 --stats
+# --low FILE: the same model in another type (as llama-quantize would make it) gives its experts as
+# they are: synth quantizes the same f32 weights, so the store equals --low q4_0's byte for byte
+S=(synth --arch mixtral --embd 256 --layers 2 --experts 4 --used 2 --ff 512 --vocab 1000 --ctx 256 --seed 3)
+"$M" "${S[@]}" --type f32 -o "$T/s32.gguf" >/dev/null 2>&1 && "$M" "${S[@]}" --type q4_0 -o "$T/s40.gguf" >/dev/null 2>&1 ||
+  failed synth-low-file
+check pack-low-type 0 "" -- "$M" pack "$T/s32.gguf" -o "$T/la.gguf" --low q4_0
+check pack-low-file 0 "" -- "$M" pack "$T/s32.gguf" -o "$T/lb.gguf" --low "$T/s40.gguf"
+same pack-low-file-bytes "$T/la.gguf" "$T/lb.gguf"
+check pack-low-file-shape 1 "experts of 4 layers x 8 x [256, 512], but $T/s32.gguf has 2 layers x 4" -- \
+  "$M" pack "$T/s32.gguf" -o "$T/lc.gguf" --low "$T/m.gguf"
+check pack-low-file-dense 1 "missing tensor 'blk.0.ffn_gate_exps.weight'" -- "$M" pack "$T/s32.gguf" -o "$T/lc.gguf" \
+  --low "${MOLE_SOURCE_DIR:?}/tests/data/conformance/models/llama-dense.gguf"
 
 # --stats, the routing trace and cachesim
 check run-stats 0 "experts: tiered, budget 2.0 MiB" -- "$M" run -m "$T/m.gguf" --tokens 1,2,3 -n 16 --ids -b 1 \

@@ -16,9 +16,11 @@ static const char *k_help =
     "  --high TYPE    type of the high-precision copies: keep (each matrix's source type,\n"
     "                 an exact copy), q8_0, q6_k, q5_k, q4_k, q5_0, q4_0, f16, ... (default: keep)\n"
     "  --low TYPE|FILE  type of the low-precision copies, or none (default: none), or a\n"
-    "                 compressed model of the same source (mole compress: ternary or 2-bit\n"
-    "                 experts, copied as they are); used for experts whose unimportance\n"
-    "                 is in (t1, t2] (--t1, --t2)\n"
+    "                 file whose experts are copied as they are: a compressed model of the\n"
+    "                 same source (mole compress: ternary or 2-bit), or the same model in\n"
+    "                 other tensor types (llama-quantize's IQ2_XXS, Q2_K, IQ4_XS, ... file:\n"
+    "                 the types that need an importance matrix come this way); used for\n"
+    "                 experts whose unimportance is in (t1, t2] (--t1, --t2)\n"
     "  -t N           threads (default: all cores)\n";
 
 static int parse_type(const char *flag, const char *v, bool allow_keep, bool allow_none, int *out) {

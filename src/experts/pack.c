@@ -54,8 +54,10 @@ static void convert_worker(void *ctx, int ith, int nth) {
 static mole_status check_type(const pack_ctx *c, int t, const char *what, int64_t ne0, const char *tensor) {
   const quant_traits *tr = t >= 0 && t < QT_COUNT ? quant_traits_of((quant_type)t) : NULL;
   if (!tr || !tr->from_float || !tr->vec_dot)
-    return mole_errorf(MOLE_ERR_UNSUPPORTED, "pack: %s type %s cannot be written and computed with", what,
-                       quant_type_name((uint32_t)t));
+    return mole_errorf(MOLE_ERR_UNSUPPORTED,
+                       "pack: %s type %s cannot be written and computed with%s", what, quant_type_name((uint32_t)t),
+                       tr && tr->vec_dot ? " (mole has no quantizer for it: make the model in that type with "
+                                           "llama-quantize and give the file as --low FILE)" : "");
   if (ne0 % tr->blck_size)
     return mole_errorf(MOLE_ERR_UNSUPPORTED, "%s: tensor '%s': rows of %lld are not a multiple of the %s block (%lld)",
                        c->in, tensor, (long long)ne0, quant_type_name((uint32_t)t), (long long)tr->blck_size);
@@ -283,8 +285,9 @@ struct experts_pack_src {
   gguf_file *f;
   const char *path;
   int64_t n_layer, n_expert;
-  experts_layout *layout;      // [n_layer] its high precision
-  const gguf_tensor **region;  // [n_layer][n_expert]
+  experts_layout *layout;      // [n_layer] its high precision (a plain model: its stacks' types)
+  const gguf_tensor **region;  // [n_layer][n_expert] a packed file's regions, else NULL
+  const gguf_tensor **stack;   // [n_layer][3] a plain model's ffn_{gate,up,down}_exps, else NULL
   const uint8_t *book;
   int64_t book_n;
   experts_pack_tier tier;
@@ -292,7 +295,50 @@ struct experts_pack_src {
 
 static mole_status src_fill(void *ctx, int64_t layer, int64_t e, void *region) {
   const experts_pack_src *s = ctx;
-  memcpy(region, s->region[layer * s->n_expert + e]->data, (size_t)s->layout[layer].region);
+  if (s->region) {
+    memcpy(region, s->region[layer * s->n_expert + e]->data, (size_t)s->layout[layer].region);
+    return MOLE_OK;
+  }
+  const experts_layout *lo = &s->layout[layer];
+  for (int j = 0; j < 3; j++) {  // expert e's matrix of each stack, as it is
+    const gguf_tensor *t = s->stack[layer * 3 + j];
+    memcpy((char *)region + lo->offsets[j], (const char *)t->data + (size_t)e * lo->bytes[j], (size_t)lo->bytes[j]);
+  }
+  return MOLE_OK;
+}
+
+// A plain GGUF of the same model in other tensor types (llama-quantize's
+// IQ2_XXS, Q2_K, ... file) as a tier: each expert's matrices copied as they
+// are; c holds its stacks (find_sources), checked against the source's shapes.
+static mole_status src_plain(experts_pack_src *s, pack_ctx *c, const pack_ctx *in) {
+  if (c->n_layer != in->n_layer || c->n_expert != in->n_expert || c->n_embd != in->n_embd || c->n_ff != in->n_ff)
+    return mole_errorf(MOLE_ERR_FORMAT,
+                       "%s: experts of %lld layers x %lld x [%lld, %lld], but %s has %lld layers x %lld x [%lld, %lld]",
+                       s->path, (long long)c->n_layer, (long long)c->n_expert, (long long)c->n_embd,
+                       (long long)c->n_ff, in->in, (long long)in->n_layer, (long long)in->n_expert,
+                       (long long)in->n_embd, (long long)in->n_ff);
+  s->layout = mole_calloc((size_t)s->n_layer, sizeof *s->layout);
+  if (!s->layout) return mole_errorf(MOLE_ERR_NOMEM, "pack: out of memory");
+  s->stack = c->src;
+  c->src = NULL;
+  for (int64_t l = 0; l < s->n_layer; l++) {
+    experts_layout *lo = &s->layout[l];
+    uint64_t at = 0;
+    for (int j = 0; j < 3; j++) {
+      const gguf_tensor *t = s->stack[l * 3 + j];
+      if (!quant_type_supported(t->type))
+        return mole_errorf(MOLE_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which mole cannot compute with",
+                           s->path, t->name, quant_type_name(t->type));
+      lo->type[j] = t->type;
+      lo->bytes[j] = quant_row_size(t->type, t->ne[0]) * (uint64_t)t->ne[1];
+      if (lo->bytes[j] * (uint64_t)t->ne[2] > t->size)
+        return mole_errorf(MOLE_ERR_FORMAT, "%s: tensor '%s' holds %zu bytes, less than its shape needs", s->path,
+                           t->name, t->size);
+      lo->offsets[j] = at;
+      at = align_to(at + lo->bytes[j], 64);
+    }
+    lo->region = align_to(at, EXPERTS_IO_ALIGN);
+  }
   return MOLE_OK;
 }
 
@@ -305,9 +351,23 @@ mole_status experts_pack_tier_open(const char *path, const char *in, experts_pac
   mole_status st = gguf_open(in, &c.f);
   if (!st) st = find_sources(&c);
   if (!st) st = gguf_open(path, &s->f);
-  if (!st && !experts_store_is_packed(s->f))
-    st = mole_errorf(MOLE_ERR_ARG, "%s: not a compressed expert file (no %s; make one with mole compress)", path,
-                     EXPERTS_PACK_KEY_VERSION);
+  if (!st && !experts_store_is_packed(s->f)) {  // a plain model: its expert stacks as they are
+    pack_ctx lc = {.f = s->f, .in = path};
+    s->n_layer = c.n_layer;
+    s->n_expert = c.n_expert;
+    st = find_sources(&lc);
+    if (!st) st = src_plain(s, &lc, &c);
+    mole_free(lc.src);
+    gguf_close(c.f);
+    mole_free(c.src);
+    s->tier = (experts_pack_tier){s->layout, src_fill, s};
+    if (st) {
+      experts_pack_tier_close(s);
+      return st;
+    }
+    *out = s;
+    return MOLE_OK;
+  }
   static const char *const keys[4] = {"mole.pack.n_layer", "mole.pack.n_expert", "mole.pack.n_embd", "mole.pack.n_ff"};
   const int64_t want[4] = {c.n_layer, c.n_expert, c.n_embd, c.n_ff};
   for (int i = 0; i < 4 && !st; i++) {
@@ -373,5 +433,6 @@ void experts_pack_tier_close(experts_pack_src *s) {
   gguf_close(s->f);
   mole_free(s->layout);
   mole_free(s->region);
+  mole_free(s->stack);
   mole_free(s);
 }
