@@ -394,6 +394,10 @@ int mole_type_from_name(const char *name);
 // Whether mole can quantize weights to this type and compute with it (the
 // types mole pack writes).
 bool mole_type_writable(int type);
+// Whether mole can compute with weights of this type (load a model holding
+// them); a type may be computable without being writable (the IQ types,
+// which need an importance matrix to make).
+bool mole_type_computable(int type);
 
 // ---- vocabulary: tokens and text -------------------------------------------------
 // The tokenizer of a GGUF vocabulary (tokenizer.ggml.*: SentencePiece "llama"

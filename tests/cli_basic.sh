@@ -34,6 +34,8 @@ check synth-bad-arch 1 "not one of mixtral" -- "$M" synth --arch gpt5 -o "$T/x.g
 check synth-bad-type 2 "unknown type 'q3_q'" -- "$M" synth --type q3_q -o "$T/x.gguf"
 check chat-bad-template 2 "unknown template 'nope'" -- "$M" chat -m "$D/models/mixtral.gguf" --template nope
 check inspect-not-gguf 1 "magic" -- "$M" inspect "$D/refs/mixtral/ref.json"
+# the type mix: tensors, bytes, share, bits per weight (llama-quantize's Q4_K_M puts the ffn_down experts in q6_k)
+check inspect-types 0 "  q6_k            2         537600   22.3%    6.562" -- "$M" inspect "$D/models/qwen3moe-q4_k_m.gguf"
 for c in run chat logits bench synth inspect tokenize kld pack cachesim perplexity; do check "help-$c" 0 "usage: mole $c" -- "$M" "$c" --help; done
 
 # logits: batch and one-by-one write [n][n_vocab] floats

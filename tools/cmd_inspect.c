@@ -15,7 +15,8 @@ enum {
 static const char *k_help =
     "usage: mole inspect FILE\n"
     "Prints a GGUF file's version, alignment, metadata (long arrays abbreviated)\n"
-    "and its tensors: name, type, shape, offset in the data section, size.\n";
+    "and its tensors: name, type, shape, offset in the data section, size; then\n"
+    "its type mix: tensors, bytes, share and bits per weight of each type.\n";
 
 // s[0..n) with control bytes, quotes and backslashes escaped, at most max
 // input bytes, into out (always nul-terminated).
@@ -105,6 +106,46 @@ static void print_kv(const mole_gguf *f, int64_t i, const mole_gguf_kv *kv) {
   puts("]");
 }
 
+// The file's tensor types: tensors, bytes and bits per weight of each (a
+// low-bit file mixes many: llama-quantize's per-role choices, unsloth's UD
+// quants), and whether mole can compute with it.
+static mole_status print_type_mix(const mole_gguf *f, int64_t nt, uint64_t total) {
+  enum { MAX_TYPES = 64 };
+  typedef struct { int type; const char *name; int64_t n; uint64_t bytes, elems; } type_share;
+  type_share mix[MAX_TYPES];
+  int n_mix = 0;
+  mole_gguf_tensor t;
+  for (int64_t i = 0; i < nt; i++) {
+    mole_status st = mole_gguf_tensor_at(f, i, &t);
+    if (st) return st;
+    int k = 0;
+    while (k < n_mix && mix[k].type != t.type) k++;
+    if (k == n_mix) {
+      if (n_mix == MAX_TYPES) continue;  // (more distinct ids than GGUF has types: not listed)
+      mix[n_mix++] = (type_share){t.type, t.type_name, 0, 0, 0};
+    }
+    uint64_t el = 1;
+    for (uint32_t d = 0; d < t.n_dims; d++) el *= (uint64_t)t.ne[d];
+    mix[k].n++;
+    mix[k].bytes += t.bytes;
+    mix[k].elems += el;
+  }
+  // largest share first
+  for (int a = 1; a < n_mix; a++)
+    for (int b = a; b > 0 && mix[b].bytes > mix[b - 1].bytes; b--) {
+      const type_share x = mix[b];
+      mix[b] = mix[b - 1];
+      mix[b - 1] = x;
+    }
+  printf("types: %d\n  %-8s %8s %14s %7s %8s\n", n_mix, "type", "tensors", "bytes", "share", "bits/w");
+  for (int k = 0; k < n_mix; k++)
+    printf("  %-8s %8" PRId64 " %14" PRIu64 " %6.1f%% %8.3f%s\n", mix[k].name, mix[k].n, mix[k].bytes,
+           total ? 100.0 * (double)mix[k].bytes / (double)total : 0.0,
+           mix[k].elems ? 8.0 * (double)mix[k].bytes / (double)mix[k].elems : 0.0,
+           mole_type_computable(mix[k].type) ? "" : "  (mole cannot compute with it)");
+  return MOLE_OK;
+}
+
 static mole_status print_tensors(const mole_gguf *f, int64_t nt) {
   uint64_t total = 0;
   mole_gguf_tensor t;
@@ -125,7 +166,7 @@ static mole_status print_tensors(const mole_gguf *f, int64_t nt) {
     escape(name, sizeof name, t.name, strlen(t.name), 128);
     printf("  %5" PRId64 "  %-40s %-8s %-24s %12" PRIu64 " %12zu\n", i, name, t.type_name, shape, t.offset, t.bytes);
   }
-  return MOLE_OK;
+  return print_type_mix(f, nt, total);
 }
 
 int cmd_inspect(int argc, char **argv) {

@@ -96,3 +96,5 @@ bool mole_type_writable(int type) {
   const quant_traits *tr = type >= 0 ? quant_traits_of((quant_type)type) : NULL;
   return tr && tr->from_float && tr->vec_dot;
 }
+
+bool mole_type_computable(int type) { return type >= 0 && quant_type_supported((uint32_t)type); }
