@@ -342,45 +342,22 @@ static mole_status src_plain(experts_pack_src *s, pack_ctx *c, const pack_ctx *i
   return MOLE_OK;
 }
 
-mole_status experts_pack_tier_open(const char *path, const char *in, experts_pack_src **out) {
-  *out = NULL;
-  experts_pack_src *s = mole_calloc(1, sizeof *s);
-  if (!s) return mole_errorf(MOLE_ERR_NOMEM, "pack: out of memory");
-  s->path = path;
-  pack_ctx c = {.in = in};
-  mole_status st = gguf_open(in, &c.f);
-  if (!st) st = find_sources(&c);
-  if (!st) st = gguf_open(path, &s->f);
-  if (!st && !experts_store_is_packed(s->f)) {  // a plain model: its expert stacks as they are
-    pack_ctx lc = {.f = s->f, .in = path};
-    s->n_layer = c.n_layer;
-    s->n_expert = c.n_expert;
-    st = find_sources(&lc);
-    if (!st) st = src_plain(s, &lc, &c);
-    mole_free(lc.src);
-    gguf_close(c.f);
-    mole_free(c.src);
-    s->tier = (experts_pack_tier){s->layout, src_fill, s};
-    if (st) {
-      experts_pack_tier_close(s);
-      return st;
-    }
-    *out = s;
-    return MOLE_OK;
-  }
+// A compressed file (mole compress's packed output): its high regions and
+// dictionary; c holds the source's stacks.
+static mole_status src_packed(experts_pack_src *s, const pack_ctx *c) {
+  const char *path = s->path;
+  mole_status st = MOLE_OK;
   static const char *const keys[4] = {"mole.pack.n_layer", "mole.pack.n_expert", "mole.pack.n_embd", "mole.pack.n_ff"};
-  const int64_t want[4] = {c.n_layer, c.n_expert, c.n_embd, c.n_ff};
+  const int64_t want[4] = {c->n_layer, c->n_expert, c->n_embd, c->n_ff};
   for (int i = 0; i < 4 && !st; i++) {
     int64_t v;
     if ((st = gguf_get_int(s->f, keys[i], &v))) {
       mole_error_prefix(st, "%s: ", path);
     } else if (v != want[i]) {
-      st = mole_errorf(MOLE_ERR_FORMAT, "%s: %s = %lld, but %s has %lld", path, keys[i], (long long)v, in,
+      st = mole_errorf(MOLE_ERR_FORMAT, "%s: %s = %lld, but %s has %lld", path, keys[i], (long long)v, c->in,
                        (long long)want[i]);
     }
   }
-  s->n_layer = c.n_layer;
-  s->n_expert = c.n_expert;
   if (!st) {
     s->layout = mole_calloc((size_t)s->n_layer, sizeof *s->layout);
     s->region = mole_calloc((size_t)(s->n_layer * s->n_expert), sizeof *s->region);
@@ -389,7 +366,7 @@ mole_status experts_pack_tier_open(const char *path, const char *in, experts_pac
   bool tq1 = false;
   for (int64_t l = 0; l < s->n_layer && !st; l++) {
     experts_layout *lo = &s->layout[l];
-    st = experts_store_read_layout(s->f, path, 0, s->n_layer, l, c.n_embd, c.n_ff, lo);
+    st = experts_store_read_layout(s->f, path, 0, s->n_layer, l, c->n_embd, c->n_ff, lo);
     for (int j = 0; j < 3 && !st; j++) tq1 = tq1 || lo->type[j] == QT_TQ1;
     for (int64_t e = 0; e < s->n_expert && !st; e++) {
       char name[96];
@@ -409,6 +386,28 @@ mole_status experts_pack_tier_open(const char *path, const char *in, experts_pac
       s->book = t->data;
       s->book_n = (int64_t)(t->size / 3);
     }
+  }
+  return st;
+}
+
+mole_status experts_pack_tier_open(const char *path, const char *in, experts_pack_src **out) {
+  *out = NULL;
+  experts_pack_src *s = mole_calloc(1, sizeof *s);
+  if (!s) return mole_errorf(MOLE_ERR_NOMEM, "pack: out of memory");
+  s->path = path;
+  pack_ctx c = {.in = in};
+  mole_status st = gguf_open(in, &c.f);
+  if (!st) st = find_sources(&c);
+  if (!st) st = gguf_open(path, &s->f);
+  s->n_layer = c.n_layer;
+  s->n_expert = c.n_expert;
+  if (!st && experts_store_is_packed(s->f)) {
+    st = src_packed(s, &c);
+  } else if (!st) {  // a plain model: its expert stacks as they are
+    pack_ctx lc = {.f = s->f, .in = path};
+    st = find_sources(&lc);
+    if (!st) st = src_plain(s, &lc, &c);
+    mole_free(lc.src);
   }
   gguf_close(c.f);
   mole_free(c.src);
